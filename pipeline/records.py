@@ -1,0 +1,43 @@
+"""Plain records every stage of the pipeline exchanges.
+
+The field names follow ir_datasets / ir_measures (``query_id``, ``doc_id``, ``relevance``, ``score``), so
+records pass to ir_measures unchanged and a notebook user sees familiar shapes.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Query(NamedTuple):
+    """A query (topic) with the text the first stage and the re-ranker see."""
+
+    query_id: str
+    text: str
+
+
+class Doc(NamedTuple):
+    """A document (or passage, tweet, answer sentence) with its full text."""
+
+    doc_id: str
+    text: str
+
+
+class Qrel(NamedTuple):
+    """A relevance judgment; ``relevance`` may be graded or negative (e.g. -2 spam in Microblog)."""
+
+    query_id: str
+    doc_id: str
+    relevance: int
+    iteration: str = "0"
+
+
+class ScoredDoc(NamedTuple):
+    """One line of a ranking: a document and its score for a query."""
+
+    query_id: str
+    doc_id: str
+    score: float
+
+
+#: A ranking of many queries: query id -> its scored documents (any order; writers sort).
+Run = dict[str, list[ScoredDoc]]

@@ -1,0 +1,39 @@
+"""Strict line reading: every line decoded as UTF-8 on its own so a bad byte is reported with its line."""
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import Iterator
+
+from .errors import DataFormatError
+
+
+def open_binary(path: str | os.PathLike):
+    """Open a file for binary reading, transparently gunzipping ``*.gz``; a missing file names itself."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(path, None, "file not found")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line (1-based, newline stripped).
+
+    Raises :class:`DataFormatError` naming the file and line of the first byte sequence that is not UTF-8.
+    """
+    with open_binary(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad = raw[error.start : error.start + 4]
+                raise DataFormatError(
+                    path, number, f"not valid UTF-8 (byte {bad!r} at column {error.start + 1}); expected UTF-8 text"
+                ) from None
+            yield number, text.rstrip("\r\n")
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """Whole file as text, with the same per-line UTF-8 check as :func:`iter_lines`."""
+    return "\n".join(line for _, line in iter_lines(path))
