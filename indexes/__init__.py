@@ -1,0 +1,92 @@
+"""First stages: anything with ``search(queries, k) -> Run``.
+
+``make_first_stage(spec, dataset)`` builds one from a name:
+
+* ``bm25`` / ``bm25+rm3``: Lucene (Anserini) over the dataset's documents; the index is built if missing;
+* ``run:PATH``: re-rank a given TREC run (checked strictly against the dataset's queries and documents);
+* ``shipped``: the run that comes with the data (Microblog QL top-1000, DL19/DL20 BM25 top-100);
+* ``auto``: ``shipped`` when the dataset has one, else ``bm25``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Protocol, runtime_checkable
+
+from pipeline.datasets import Dataset
+from pipeline.errors import PipelineError
+from pipeline.records import Query, Run
+
+FIRST_STAGES = ("auto", "bm25", "bm25+rm3", "shipped", "run:PATH")
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A first stage: the top-``k`` documents of each query."""
+
+    name: str
+
+    def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
+        """Return ``{query_id: [ScoredDoc, ...]}`` (at most ``k`` per query)."""
+        ...
+
+
+@dataclass
+class RunRetriever:
+    """A fixed ranking (a TREC run file or a dataset's shipped run) served as a first stage."""
+
+    name: str
+    run: Run
+
+    def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
+        """The run's top-``k`` for each query (by score, ties by doc id); queries it lacks get no documents."""
+        result: Run = {}
+        for query in queries:
+            hits = sorted(self.run.get(query.query_id, []), key=lambda s: (-s.score, s.doc_id))
+            result[query.query_id] = hits[:k]
+        return result
+
+
+@dataclass
+class BM25Settings:
+    """Options of the Lucene first stages (index analysis, BM25 and RM3 parameters)."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    fb_terms: int = 10
+    fb_docs: int = 10
+    original_query_weight: float = 0.5
+    stemmer: str = "porter"
+    keep_stopwords: bool = False
+    threads: int = 2
+    index_root: Path | None = None
+
+
+def resolve_first_stage(spec: str, dataset: Dataset) -> str:
+    """``auto`` -> ``shipped`` when the dataset comes with a first-stage run, else ``bm25``."""
+    if spec == "auto":
+        return "shipped" if dataset.first_stage else "bm25"
+    return spec
+
+
+def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None = None) -> Retriever:
+    """Build the first stage named by ``spec`` (see the module docstring) for ``dataset``."""
+    settings = settings or BM25Settings()
+    spec = resolve_first_stage(spec, dataset)
+    if spec == "shipped":
+        if not dataset.first_stage:
+            raise PipelineError(f"dataset {dataset.name!r} ships no first-stage run; use bm25 or run:PATH")
+        return RunRetriever("shipped", dataset.first_stage)
+    if spec.startswith("run:"):
+        from pipeline.trec import read_run
+
+        path = Path(spec[4:])
+        return RunRetriever(f"run:{path.name}", read_run(path, dataset.doc_store(), dataset.queries))
+    if spec in ("bm25", "bm25+rm3"):
+        from .lucene import RM3, BM25Retriever, LuceneOptions, build_index
+
+        options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
+        path = build_index(dataset, options, settings.index_root, settings.threads)
+        rm3 = RM3(settings.fb_terms, settings.fb_docs, settings.original_query_weight) if spec == "bm25+rm3" else None
+        return BM25Retriever(path, settings.k1, settings.b, rm3, settings.threads)
+    raise PipelineError(f"unknown first stage {spec!r}; expected one of {', '.join(FIRST_STAGES)}")

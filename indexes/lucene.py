@@ -96,7 +96,7 @@ def build_index(
         args = [
             "-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
             "-input", str(collection), "-index", str(temp / "lucene"), "-threads", str(threads),
-            "-storePositions", "-storeDocvectors", "-storeRaw", "-stemmer", options.stemmer, "-quiet",
+            "-storePositions", "-storeDocvectors", "-stemmer", options.stemmer, "-quiet",
         ]
         if options.keep_stopwords:
             args.append("-keepStopwords")

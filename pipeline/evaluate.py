@@ -6,9 +6,10 @@ Command line::
     python -m pipeline.evaluate runs/a.run runs/b.run --dataset cranfield --baseline runs/a.run \\
         --metrics "AP nDCG@10 P@30" --output-dir runs/eval
 
-Measures use ir-measures' syntax (``AP nDCG@10 P@30 RR@10 R@1000``, ``AP(rel=2)``). Queries that a run does
-not answer are left out of its aggregate (ir-measures' and trec_eval's default); significance tests pair
-the queries both runs answer.
+Measures use ir-measures' syntax (``AP nDCG@10 P@30 RR@10 R@1000``, ``AP(rel=2)``). The qrels define the
+query set: a judged query that a run does not answer counts 0 (ir-measures' behaviour, like
+``trec_eval -c``), so restrict the qrels to the queries you ran (``--split`` does). Significance tests pair
+the queries both runs are scored on.
 """
 from __future__ import annotations
 
@@ -256,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--output-dir", help="write <name>.md/.json/.png here")
     parser.add_argument("--name", default="evaluation", help="file stem of the report")
+    parser.add_argument("--split", help="with --dataset: evaluate only this split's queries")
     parser.add_argument("--no-check-docs", action="store_true", help="do not check run doc ids against the collection")
     args = parser.parse_args(argv)
     try:
@@ -264,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .datasets import load_dataset
 
             dataset = load_dataset(args.dataset, args.mirror)
+            if args.split:
+                from .run import select_queries
+
+                dataset = dataset.subset([q.query_id for q in select_queries(dataset, args.split)])
             qrels = dataset.qrels
             known_queries = dataset.queries
             known_docs = None if args.no_check_docs else dataset.doc_store()

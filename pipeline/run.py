@@ -1,0 +1,188 @@
+"""End to end: load a dataset, build what is missing, retrieve, re-rank, write the run, evaluate.
+
+Command line::
+
+    python -m pipeline.run --dataset cranfield --reranker none
+    python -m pipeline.run --dataset microblog --split 2013 --first-stage shipped --metrics "AP P@30"
+
+Every step is a function a notebook can call one at a time::
+
+    from pipeline import run as p
+    dataset = p.load_dataset("cranfield")
+    first = p.retrieve(dataset, "bm25", k=100)
+    final = p.rerank(None, dataset, first)          # None: keep the first stage's ranking
+    path = p.write_run("runs/cranfield-bm25.run", final, tag="bm25")
+    print(p.evaluate(final, dataset.qrels, "AP nDCG@10").aggregate)
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from . import evaluate as evaluation
+from .datasets import Dataset, load_dataset
+from .errors import PipelineError
+from .evaluate import evaluate
+from .records import Query, Run, ScoredDoc
+from .seed import set_seed
+from .trec import write_run
+
+log = logging.getLogger("pipeline.run")
+DEFAULT_OUTPUT_DIR = Path("runs")
+
+
+def select_queries(dataset: Dataset, split: str | None = None) -> list[Query]:
+    """The queries to run: all of them, or one named split's."""
+    if split is None:
+        return list(dataset.queries.values())
+    if split not in dataset.splits:
+        known = ", ".join(dataset.splits) or "none"
+        raise PipelineError(f"dataset {dataset.name!r} has no split {split!r} (its splits: {known})")
+    return [dataset.queries[qid] for qid in dataset.splits[split]]
+
+
+def retrieve(dataset: Dataset, first_stage: str = "auto", k: int = 1000, queries: Sequence[Query] | None = None,
+             settings=None) -> Run:
+    """Run the first stage (see :func:`indexes.make_first_stage`) for ``queries`` (default: all)."""
+    from indexes import make_first_stage
+
+    retriever = make_first_stage(first_stage, dataset, settings)
+    return retriever.search(queries if queries is not None else dataset.queries.values(), k)
+
+
+def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True) -> Run:
+    """Re-score every query's first-stage candidates with ``reranker`` (``None`` returns ``first`` unchanged).
+
+    The result holds exactly the first stage's candidates for each query, with the re-ranker's scores.
+    """
+    if reranker is None:
+        return first
+    from tqdm.auto import tqdm
+
+    store = dataset.doc_store()
+    result: Run = {}
+    for query_id, hits in tqdm(first.items(), desc=f"re-ranking with {reranker.name}", unit="query"):
+        missing = [h.doc_id for h in hits if h.doc_id not in store]
+        if missing:
+            raise PipelineError(f"query {query_id!r}: first-stage doc {missing[0]!r} is not in {dataset.name!r}")
+        scores = reranker.score(dataset.queries[query_id], [store[h.doc_id] for h in hits])
+        if len(scores) != len(hits):
+            raise PipelineError(f"{reranker.name} returned {len(scores)} scores for {len(hits)} candidates")
+        result[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
+    return result
+
+
+def default_run_name(dataset: str, first_stage: str, reranker: str, split: str | None) -> str:
+    """``<dataset>[-<split>]-<first stage>[-<reranker>]`` with file-name-safe characters."""
+    parts = [dataset, split, first_stage.replace("run:", "run-"), None if reranker == "none" else reranker]
+    return re.sub(r"[^A-Za-z0-9.+_-]+", "_", "-".join(p for p in parts if p)).strip("_")
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_pipeline` produced."""
+
+    run_path: Path
+    run: Run
+    comparison: evaluation.Comparison | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def run_pipeline(args: argparse.Namespace) -> PipelineResult:
+    """The whole pipeline for parsed command-line arguments (see :func:`build_parser`)."""
+    from indexes import BM25Settings, resolve_first_stage
+    from rerankers import reranker_class
+
+    set_seed(args.seed)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    dataset = load_dataset(args.dataset, args.mirror)
+    queries = select_queries(dataset, args.split)
+    if args.split:
+        dataset = dataset.subset([q.query_id for q in queries])
+    timings["load"] = time.perf_counter() - started
+
+    settings = BM25Settings(k1=args.k1, b=args.b, fb_terms=args.fb_terms, fb_docs=args.fb_docs,
+                            original_query_weight=args.rm3_weight, stemmer=args.stemmer,
+                            keep_stopwords=args.keep_stopwords)
+    started = time.perf_counter()
+    first_stage = resolve_first_stage(args.first_stage, dataset)
+    first = retrieve(dataset, first_stage, args.k, queries, settings)
+    timings["first_stage"] = time.perf_counter() - started
+
+    reranker_cls = reranker_class(args.reranker)
+    reranker = None
+    if reranker_cls is not None:
+        from .training import obtain_reranker
+
+        reranker = obtain_reranker(args.reranker, dataset, args)
+    started = time.perf_counter()
+    final = rerank(reranker, dataset, first)
+    timings["rerank"] = time.perf_counter() - started
+
+    name = args.name or default_run_name(dataset.name, first_stage, args.reranker, args.split)
+    output_dir = Path(args.output_dir)
+    run_path = write_run(output_dir / f"{name}.run", final, tag=name[:60])
+
+    comparison = None
+    if dataset.qrels:
+        runs = {name: final}
+        baseline = None
+        if reranker is not None:
+            baseline = default_run_name(dataset.name, first_stage, "none", args.split)
+            runs = {baseline: first, name: final}
+        comparison = evaluation.compare(runs, dataset.qrels, args.metrics.replace("{k}", str(args.k)), baseline)
+        evaluation.save_report(comparison, output_dir, f"{name}.eval")
+    return PipelineResult(run_path, final, comparison, timings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m pipeline.run`` argument parser."""
+    from indexes import FIRST_STAGES
+    from rerankers import available
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="cranfield", help="dataset name, ir_datasets id or directory (default: cranfield)")
+    parser.add_argument("--split", help="run only this split's queries (e.g. test, 2013, raw-test)")
+    parser.add_argument("--reranker", default="none", choices=available(), help="re-ranker (default: none)")
+    parser.add_argument("--first-stage", default="auto", help=f"one of {', '.join(FIRST_STAGES)} (default: auto)")
+    parser.add_argument("--k", type=int, default=1000, help="candidates per query from the first stage (default: 1000)")
+    parser.add_argument("--metrics", default="AP nDCG@10 P@30 R@{k}", help="ir-measures names; {k} is replaced by --k")
+    parser.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR), help="where runs and reports go (default: runs/)")
+    parser.add_argument("--name", help="run name (default: derived from dataset, split, first stage, re-ranker)")
+    parser.add_argument("--seed", type=int, default=42, help="random seed (same seed -> same run file)")
+    parser.add_argument("--mirror", help="offline mirror directory for ir_datasets archives (env PIPELINE_MIRROR)")
+    lucene = parser.add_argument_group("BM25 / RM3")
+    lucene.add_argument("--k1", type=float, default=0.9)
+    lucene.add_argument("--b", type=float, default=0.4)
+    lucene.add_argument("--fb-terms", type=int, default=10)
+    lucene.add_argument("--fb-docs", type=int, default=10)
+    lucene.add_argument("--rm3-weight", type=float, default=0.5, help="RM3 original query weight")
+    lucene.add_argument("--stemmer", default="porter", choices=["porter", "krovetz", "none"])
+    lucene.add_argument("--keep-stopwords", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        result = run_pipeline(args)
+    except PipelineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"run: {result.run_path}")
+    if result.comparison is not None:
+        print(result.comparison.markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

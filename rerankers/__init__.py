@@ -1,0 +1,70 @@
+"""Neural re-rankers: one protocol, one registry by name.
+
+A re-ranker scores (query, candidate) texts; the pipeline re-orders the first stage's top-k by those
+scores. ``--reranker NAME`` on the command line picks an entry of :data:`REGISTRY`; ``none`` keeps the
+first stage's ranking and scores. Entries are ``"module:Class"`` strings imported on first use, so that
+listing the choices (and running BM25 alone) never imports torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from pipeline.errors import PipelineError
+from pipeline.records import Doc, Query
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """What every re-ranker offers.
+
+    ``score`` returns one float per document (higher = more relevant); ``fit`` trains on a training set
+    with an optional dev set for early stopping; ``save``/``load`` write and read a self-describing
+    checkpoint (atomically; a mismatched checkpoint is a :class:`~pipeline.errors.CheckpointError`).
+    """
+
+    name: str
+
+    def score(self, query: Query, docs: Sequence[Doc]) -> Sequence[float]:
+        """Relevance scores of ``docs`` for ``query``, in the order given."""
+        ...
+
+    def fit(self, train: Any, dev: Any = None) -> Any:
+        """Train on ``train`` (early stopping on ``dev``); returns a training report."""
+        ...
+
+    def save(self, path) -> None:
+        """Write a checkpoint to ``path`` atomically."""
+        ...
+
+    @classmethod
+    def load(cls, path) -> "Reranker":
+        """Read a checkpoint written by :meth:`save`."""
+        ...
+
+
+#: name -> "module:Class" (``None``: no re-ranking, the first stage's run is the result)
+REGISTRY: dict[str, str | None] = {"none": None}
+
+
+def register(name: str, target: str) -> None:
+    """Add a re-ranker to the registry (``target`` is ``"module:Class"``, imported lazily)."""
+    if name in REGISTRY and REGISTRY[name] != target:
+        raise PipelineError(f"re-ranker {name!r} is already registered as {REGISTRY[name]!r}")
+    REGISTRY[name] = target
+
+
+def available() -> list[str]:
+    """Registered names, ``none`` first (the CLI's ``--reranker`` choices)."""
+    return ["none", *sorted(n for n in REGISTRY if n != "none")]
+
+
+def reranker_class(name: str):
+    """The class registered under ``name`` (``None`` for ``none``)."""
+    if name not in REGISTRY:
+        raise PipelineError(f"unknown re-ranker {name!r}; choose one of {', '.join(available())}")
+    target = REGISTRY[name]
+    if target is None:
+        return None
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)

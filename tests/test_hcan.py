@@ -1,0 +1,257 @@
+"""Tests for rerankers.hcan: shapes, masking, phrase conventions, eq. 1, learning."""
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+# The project is not pip-installed in the venv; make the repo root importable
+# when pytest runs as a script (no-op once a conftest or install provides it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rerankers.hcan import (  # noqa: E402
+    HCANConfig,
+    HCANModel,
+    hcan_phrase_lengths,
+    hcan_query_phrases,
+    relevance_matching_features,
+)
+
+VOCAB, EMBED = 50, 12
+COMBOS = list(itertools.product(["deep", "wide", "contextual"], ["rm", "sm", "full"]))
+
+
+def small_config(encoder="deep", matching="full", **overrides):
+    params = dict(
+        encoder=encoder, matching=matching, num_layers=3, kernel_size=2,
+        num_filters=16, hidden_dim=8, dropout=0.1, max_query_len=8,
+    )
+    params.update(overrides)
+    return HCANConfig(**params)
+
+
+def make_model(config, seed=0):
+    torch.manual_seed(seed)
+    return HCANModel(config, torch.randn(VOCAB, EMBED))
+
+
+def pad_batch(queries, docs, idfs, num_levels, extra_q=0, extra_d=0, garbage=True):
+    """Right-pad a list of pairs; padding gets random ids and IDFs when ``garbage``."""
+    lq = max(len(q) for q in queries) + extra_q
+    ld = max(len(d) for d in docs) + extra_d
+    b = len(queries)
+    fill = (lambda *shape: torch.randint(2, VOCAB, shape)) if garbage else (lambda *shape: torch.zeros(shape, dtype=torch.long))
+    q_ids, d_ids = fill(b, lq), fill(b, ld)
+    q_mask, d_mask = torch.zeros(b, lq, dtype=torch.bool), torch.zeros(b, ld, dtype=torch.bool)
+    idf = torch.rand(b, num_levels, lq) * 5 if garbage else torch.zeros(b, num_levels, lq)
+    for row, (q, d, w) in enumerate(zip(queries, docs, idfs)):
+        q_ids[row, : len(q)], q_mask[row, : len(q)] = torch.tensor(q), True
+        d_ids[row, : len(d)], d_mask[row, : len(d)] = torch.tensor(d), True
+        idf[row, :, : len(q)] = w
+    return q_ids, q_mask, d_ids, d_mask, idf
+
+
+def random_pairs(num, num_levels, seed):
+    gen = torch.Generator().manual_seed(seed)
+    queries, docs, idfs = [], [], []
+    for _ in range(num):
+        lq = int(torch.randint(1, 7, (1,), generator=gen))
+        ld = int(torch.randint(1, 15, (1,), generator=gen))
+        queries.append(torch.randint(2, VOCAB, (lq,), generator=gen).tolist())
+        docs.append(torch.randint(2, VOCAB, (ld,), generator=gen).tolist())
+        idfs.append(torch.rand(num_levels, lq, generator=gen) * 5)
+    return queries, docs, idfs
+
+
+@pytest.mark.parametrize("encoder,matching", COMBOS)
+def test_forward_shapes_and_finite_scores(encoder, matching):
+    config = small_config(encoder, matching)
+    model = make_model(config).train()
+    levels = config.num_layers + 1
+    batch = pad_batch(*random_pairs(4, levels, seed=1), levels)
+    scores = model(*batch)
+    assert scores.shape == (4,)
+    assert torch.isfinite(scores).all()
+
+
+@pytest.mark.parametrize("encoder,matching", COMBOS)
+def test_padding_never_changes_a_score(encoder, matching):
+    config = small_config(encoder, matching)
+    model = make_model(config).eval()
+    levels = config.num_layers + 1
+    queries, docs, idfs = random_pairs(5, levels, seed=2)
+    with torch.no_grad():
+        alone = torch.cat([
+            model(*pad_batch([q], [d], [w], levels)) for q, d, w in zip(queries, docs, idfs)
+        ])
+        batched = model(*pad_batch(queries, docs, idfs, levels, extra_q=2, extra_d=7))
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("encoder", ["deep", "wide", "contextual"])
+def test_pairs_do_not_interact_inside_a_batch(encoder):
+    config = small_config(encoder, "full")
+    model = make_model(config).eval()
+    levels = config.num_layers + 1
+    queries, docs, idfs = random_pairs(4, levels, seed=3)
+    with torch.no_grad():
+        full = model(*pad_batch(queries, docs, idfs, levels))
+        swapped = model(*pad_batch(queries[:1] + queries[2:] + queries[1:2], docs[:1] + docs[2:] + docs[1:2],
+                                   idfs[:1] + idfs[2:] + idfs[1:2], levels))
+    torch.testing.assert_close(swapped, torch.cat([full[:1], full[2:], full[1:2]]), atol=1e-5, rtol=1e-5)
+
+
+def test_query_longer_than_max_query_len():
+    config = small_config(max_query_len=4)
+    model = make_model(config).eval()
+    levels = config.num_layers + 1
+    q, d, w = [[3, 4, 5]], [[3, 9, 10, 11]], [torch.rand(levels, 3)]
+    with torch.no_grad():
+        short = model(*pad_batch(q, d, w, levels))
+        # extra padding columns past max_query_len are fine ...
+        long_padding = model(*pad_batch(q, d, w, levels, extra_q=5))
+    torch.testing.assert_close(long_padding, short)
+    # ... real tokens past it are not
+    with pytest.raises(ValueError, match="max_query_len"):
+        model(*pad_batch([[3, 4, 5, 6, 7]], d, [torch.rand(levels, 5)], levels))
+
+
+def test_query_idf_shape_is_checked():
+    config = small_config()
+    model = make_model(config)
+    q_ids, q_mask, d_ids, d_mask, idf = pad_batch([[3, 4]], [[5, 6]], [torch.rand(4, 2)], 4)
+    with pytest.raises(ValueError, match="query_idf"):
+        model(q_ids, q_mask, d_ids, d_mask, idf[:, :2])
+    with pytest.raises(ValueError, match="query_idf"):
+        model(q_ids, q_mask, d_ids, d_mask, None)
+
+
+def test_phrase_lengths_per_encoder():
+    assert hcan_phrase_lengths(HCANConfig(encoder="deep", num_layers=4, kernel_size=2)) == [1, 2, 3, 4, 5]
+    assert hcan_phrase_lengths(HCANConfig(encoder="deep", num_layers=3, kernel_size=3)) == [1, 3, 5, 7]
+    assert hcan_phrase_lengths(HCANConfig(encoder="wide", num_layers=3, kernel_size=3)) == [1, 3, 4, 5]
+    assert hcan_phrase_lengths(HCANConfig(encoder="contextual", num_layers=4)) == [1, 1, 1, 1, 1]
+    phrases = hcan_query_phrases(["a", "b", "c"], HCANConfig(encoder="deep", num_layers=2, kernel_size=2))
+    assert phrases == [
+        [("a",), ("b",), ("c",)],
+        [("a", "b"), ("b", "c"), ("c",)],
+        [("a", "b", "c"), ("b", "c"), ("c",)],
+    ]
+
+
+@pytest.mark.parametrize("encoder,kernel_size", [("deep", 2), ("deep", 3), ("wide", 2), ("wide", 3)])
+def test_encoder_position_covers_the_documented_phrase(encoder, kernel_size):
+    """Position i of level l must depend on tokens i..i+n_l-1 and on nothing else."""
+    config = small_config(encoder, kernel_size=kernel_size, num_filters=32)
+    model = make_model(config).eval()
+    lengths = hcan_phrase_lengths(config)
+    seq_len, token = 9, 4
+    torch.manual_seed(5)
+    x = torch.randn(1, seq_len, EMBED)
+    mask = torch.ones(1, seq_len, dtype=torch.bool)
+    bumped = x.clone()
+    bumped[0, token] += 3.0
+    with torch.no_grad():
+        base, moved = model.encoder(x, mask), model.encoder(bumped, mask)
+    for level, (a, b) in enumerate(zip(base, moved), start=1):
+        changed = ((a - b).abs().sum(-1)[0] > 1e-6).tolist()
+        expected = [i <= token <= i + lengths[level] - 1 for i in range(seq_len)]
+        assert changed == expected, f"level {level}"
+
+
+def test_relevance_matching_eq1_hand_example():
+    # One query phrase matching context phrase 0 exactly; second query position is padding.
+    u_q = torch.tensor([[[2.0, 0.0], [9.0, 9.0]]])
+    u_c = torch.tensor([[[2.0, 0.0], [0.0, 2.0], [1.0, 0.0], [7.0, 7.0]]])
+    q_mask = torch.tensor([[True, False]])
+    d_mask = torch.tensor([[True, True, True, False]])
+    idf = torch.tensor([[3.0, 5.0]])
+    sims = torch.tensor([4.0, 0.0, 2.0])  # U_q U_c^T over the real context
+    ctx = torch.softmax(sims, dim=0)
+    got = relevance_matching_features(u_q, u_c, q_mask, d_mask, idf, softmax_over="context")
+    torch.testing.assert_close(got[0, :, 0], torch.stack([3.0 * ctx.max(), torch.tensor(3.0 / 3)]))
+    assert torch.all(got[0, :, 1] == 0)
+    # Released-code variant: normalise over the query axis (one real query phrase -> all ones).
+    got_q = relevance_matching_features(u_q, u_c, q_mask, d_mask, idf, softmax_over="query")
+    torch.testing.assert_close(got_q[0, :, 0], torch.tensor([3.0, 3.0]))
+
+
+def test_rm_scores_depend_on_documents_only_through_idf_weighted_matches():
+    config = small_config("deep", "rm")
+    model = make_model(config).eval()
+    levels = config.num_layers + 1
+    queries, docs, _ = random_pairs(4, levels, seed=6)
+    zero_idf = [torch.zeros(levels, len(q)) for q in queries]
+    one_idf = [torch.ones(levels, len(q)) for q in queries]
+    with torch.no_grad():
+        zero = model(*pad_batch(queries, docs, zero_idf, levels))
+        weighted = model(*pad_batch(queries, docs, one_idf, levels))
+    # With all weights 0 every RM feature is 0, so every pair gets the same score.
+    torch.testing.assert_close(zero, zero[:1].expand(4))
+    assert weighted.std() > 1e-4
+
+
+def test_sm_mode_ignores_idf():
+    config = small_config("deep", "sm")
+    model = make_model(config).eval()
+    q_ids, q_mask, d_ids, d_mask, idf = pad_batch(*random_pairs(3, 4, seed=7), 4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(q_ids, q_mask, d_ids, d_mask, None), model(q_ids, q_mask, d_ids, d_mask, idf))
+
+
+@pytest.mark.parametrize("sm_pooling,rm_softmax_over", [("last", "context"), ("maxmean", "query")])
+def test_every_parameter_gets_a_gradient(sm_pooling, rm_softmax_over):
+    config = small_config("deep", "full", sm_pooling=sm_pooling, rm_softmax_over=rm_softmax_over)
+    model = make_model(config).train()
+    model(*pad_batch(*random_pairs(4, 4, seed=8), 4)).sum().backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
+    assert not missing
+
+
+def test_freeze_embeddings_and_config_validation():
+    model = HCANModel(small_config(), torch.randn(VOCAB, EMBED), freeze_embeddings=True)
+    assert not model.embedding.weight.requires_grad
+    with pytest.raises(ValueError):
+        HCANConfig(encoder="transformer")
+    with pytest.raises(ValueError):
+        HCANConfig(matching="both")
+    with pytest.raises(ValueError):
+        HCANConfig(hidden_dim=151)
+
+
+@pytest.mark.parametrize("matching", ["full", "rm"])
+def test_tiny_overfit_relevant_docs_share_query_words(matching):
+    config = small_config("deep", matching, num_layers=2, dropout=0.0)
+    model = make_model(config, seed=11)
+    levels = config.num_layers + 1
+    gen = torch.Generator().manual_seed(12)
+    queries, docs, labels = [], [], []
+    for _ in range(4):
+        words = torch.randperm(VOCAB - 2, generator=gen)[:11] + 2
+        query, others = words[:3].tolist(), words[3:].tolist()
+        relevant = query + others[:4]
+        relevant = [relevant[i] for i in torch.randperm(len(relevant), generator=gen)]
+        queries += [query, query]
+        docs += [relevant, others]  # non-relevant: same length, no query word
+        labels += [1.0, 0.0]
+    idfs = [torch.full((levels, 3), 2.0) for _ in queries]
+    batch = pad_batch(queries, docs, idfs, levels, garbage=False)
+    target = torch.tensor(labels)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+
+    losses = []
+    for _ in range(150):
+        optimizer.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(*batch), target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+
+    assert losses[-1] < 0.25 * losses[0]
+    model.eval()
+    with torch.no_grad():
+        scores = model(*batch)
+    assert scores[target == 1].min() > scores[target == 0].max()
