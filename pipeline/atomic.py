@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -17,7 +18,19 @@ from typing import IO, Iterator
 def _temp_sibling(path: Path, suffix: str = "") -> Path:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
     os.close(fd)
+    # mkstemp creates 0600; give the result the mode open() would (or the mode of the file it replaces)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    os.chmod(name, mode)
     return Path(name)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -54,6 +67,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        os.chmod(temp, 0o777 & ~_umask())  # mkdtemp creates 0700; the result gets mkdir()'s mode
         yield temp
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))

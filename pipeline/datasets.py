@@ -138,7 +138,13 @@ def read_pair_folder(folder: str | os.PathLike, split: str = "", qid_prefix: str
     columns = [list(iter_lines(folder / name)) for name in PAIR_FILES]
     lengths = {name: len(lines) for name, lines in zip(PAIR_FILES, columns)}
     if len(set(lengths.values())) != 1:
-        raise DataFormatError(folder, None, f"pair files must be line-aligned, got line counts {lengths}")
+        longest = max(PAIR_FILES, key=lambda name: lengths[name])
+        shorter = [name for name in PAIR_FILES if lengths[name] < lengths[longest]]
+        first_unmatched = min(lengths[name] for name in shorter) + 1
+        raise DataFormatError(
+            folder / longest, first_unmatched,
+            f"no matching line in {', '.join(shorter)}; pair files must be line-aligned, got line counts {lengths}",
+        )
     queries: dict[str, Query] = {}
     docs: dict[str, Doc] = {}
     labels: list[Qrel] = []
@@ -259,12 +265,12 @@ def trec_dataset(
     def docs_factory() -> Iterator[Doc]:
         seen: set[str] = set()
         for path in docs:
-            reader = _rank_llm_docs if path.suffix == ".json" else trec.read_docs
-            for doc in reader(path):
+            reader = _rank_llm_docs if path.suffix == ".json" else trec.read_docs_numbered
+            for line, doc in reader(path):
                 if doc.doc_id in seen:
                     if path.suffix == ".json":
                         continue  # the same passage retrieved for two queries
-                    raise DataFormatError(path, None, f"duplicate doc id {doc.doc_id!r}")
+                    raise DataFormatError(path, line, f"duplicate doc id {doc.doc_id!r} (also in an earlier file)")
                 seen.add(doc.doc_id)
                 yield doc
 
@@ -282,8 +288,9 @@ def trec_dataset(
     )
 
 
-def _rank_llm_docs(path: Path) -> Iterator[Doc]:
-    """Passages inside a rank_llm retrieval JSON (``[{"query", "hits": [{"docid", "content"}]}]``)."""
+def _rank_llm_docs(path: Path) -> Iterator[tuple[None, Doc]]:
+    """Passages inside a rank_llm retrieval JSON (``[{"query", "hits": [{"docid", "content"}]}]``), each as
+    ``(None, Doc)`` (the JSON is read whole, so there is no line to report)."""
     try:
         with open(path, encoding="utf-8") as handle:
             records = json.load(handle)
@@ -293,7 +300,7 @@ def _rank_llm_docs(path: Path) -> Iterator[Doc]:
         for hit in record.get("hits", []):
             if "docid" not in hit or "content" not in hit:
                 raise DataFormatError(path, None, f"query record {number}: hit without 'docid'/'content'")
-            yield Doc(str(hit["docid"]), " ".join(str(hit["content"]).split()))
+            yield None, Doc(str(hit["docid"]), " ".join(str(hit["content"]).split()))
 
 
 # ------------------------------------------------------------------------- manifests and detection

@@ -226,7 +226,8 @@ def sorted_run(run: Run | Iterable[ScoredDoc]) -> list[ScoredDoc]:
 
 
 def write_run(path: str | os.PathLike, run: Run | Iterable[ScoredDoc], tag: str = "pipeline") -> Path:
-    """Write a TREC run atomically in canonical order; a document listed twice for a query is an error.
+    """Write a TREC run atomically in canonical order; a document listed twice for a query, an id with
+    whitespace and a score that is not finite (NaN, inf) are errors, and nothing is written.
 
     Scores are written with ``repr`` precision so reading the file back gives the same ranking.
     """
@@ -240,6 +241,8 @@ def write_run(path: str | os.PathLike, run: Run | Iterable[ScoredDoc], tag: str 
             raise ValueError(f"doc {scored.doc_id!r} appears twice for query {scored.query_id!r}; runs list each doc once")
         if any(char.isspace() for char in scored.doc_id + scored.query_id):
             raise ValueError(f"ids must not contain whitespace: query {scored.query_id!r}, doc {scored.doc_id!r}")
+        if not math.isfinite(float(scored.score)):  # read_run rejects such a file, so never write one
+            raise ValueError(f"score {scored.score!r} of doc {scored.doc_id!r} for query {scored.query_id!r} is not finite")
         seen.add(key)
     path = Path(path)
     with atomic_write(path) as handle:
@@ -259,8 +262,23 @@ def read_docs(path: str | os.PathLike) -> Iterator[Doc]:
     """Iterate documents from TREC SGML (``<DOC><DOCNO>``), JSONL or TSV (``id<TAB>text``), detected per file.
 
     JSONL objects need an id (``id``/``doc_id``/``docid``/``_id``) and text (``contents``/``text``/``body``,
-    with ``title`` prepended when present). Errors name the line.
+    with ``title`` prepended when present). Errors name the line, a doc id listed twice included.
     """
+    for _, doc in read_docs_numbered(path):
+        yield doc
+
+
+def read_docs_numbered(path: str | os.PathLike) -> Iterator[tuple[int, Doc]]:
+    """Like :func:`read_docs`, with the 1-based line where each document starts."""
+    seen: dict[str, int] = {}
+    for number, doc in _read_docs(path):
+        first = seen.setdefault(doc.doc_id, number)
+        if first != number:
+            raise DataFormatError(path, number, f"duplicate doc id {doc.doc_id!r} (first on line {first})")
+        yield number, doc
+
+
+def _read_docs(path) -> Iterator[tuple[int, Doc]]:
     lines = iter_lines(path)
     first_line = None
     buffered: list[tuple[int, str]] = []
@@ -288,7 +306,7 @@ _ID_KEYS = ("id", "doc_id", "docid", "_id")
 _TEXT_KEYS = ("contents", "text", "body", "passage", "abstract")
 
 
-def _jsonl_docs(path, lines) -> Iterator[Doc]:
+def _jsonl_docs(path, lines) -> Iterator[tuple[int, Doc]]:
     for number, text in lines:
         if not text.strip():
             continue
@@ -303,24 +321,24 @@ def _jsonl_docs(path, lines) -> Iterator[Doc]:
             raise DataFormatError(path, number, f"JSON object has no id field (one of {', '.join(_ID_KEYS)})")
         body = next((str(record[k]) for k in _TEXT_KEYS if k in record), "")
         title = str(record.get("title", "") or "")
-        yield Doc(doc_id, f"{title} {body}".strip() if title else body)
+        yield number, Doc(doc_id, f"{title} {body}".strip() if title else body)
 
 
-def _tsv_docs(path, lines) -> Iterator[Doc]:
+def _tsv_docs(path, lines) -> Iterator[tuple[int, Doc]]:
     for number, text in lines:
         if not text.strip():
             continue
         parts = text.split("\t", 1)
         if len(parts) != 2:
             raise DataFormatError(path, number, f"expected 'doc_id<TAB>text', got {text[:80]!r}")
-        yield Doc(parts[0].strip(), parts[1])
+        yield number, Doc(parts[0].strip(), parts[1])
 
 
 _DOCNO = re.compile(r"<DOCNO>\s*(.*?)\s*</DOCNO>", re.IGNORECASE | re.DOTALL)
 _ANY_TAG = re.compile(r"</?[A-Za-z][^>]*>")
 
 
-def _sgml_docs(path, lines) -> Iterator[Doc]:
+def _sgml_docs(path, lines) -> Iterator[tuple[int, Doc]]:
     body: list[str] = []
     start = None
     for number, text in lines:
@@ -337,7 +355,7 @@ def _sgml_docs(path, lines) -> Iterator[Doc]:
             continue
         if "</DOC>" in upper:
             body.append(text[: upper.index("</DOC>")])
-            yield _sgml_doc(path, start, "\n".join(body))
+            yield start, _sgml_doc(path, start, "\n".join(body))
             start = None
         else:
             body.append(text)

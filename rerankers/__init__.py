@@ -44,7 +44,10 @@ class Reranker(Protocol):
 
 
 #: name -> "module:Class" (``None``: no re-ranking, the first stage's run is the result)
-REGISTRY: dict[str, str | None] = {"none": None}
+REGISTRY: dict[str, str | None] = {
+    "none": None,
+    "hcan": "rerankers.hcan:HCANReranker",
+}
 
 
 def register(name: str, target: str) -> None:

@@ -518,3 +518,57 @@ class HCANModel(nn.Module):
 
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return masked_fill_padding(self.embedding_dropout(self.embedding(ids)), mask)
+
+
+# --------------------------------------------------------------------------
+# Re-ranker: HCAN on the word-level framework (rerankers.neural)
+# --------------------------------------------------------------------------
+
+from rerankers.neural import WordReranker  # noqa: E402  (the model above stays importable on its own)
+
+
+class HCANReranker(WordReranker):
+    """``--reranker hcan``: :class:`HCANModel` with the project's tokenizer, vocabulary, IDF and trainer.
+
+    ``query_idf`` rows come from the collection's document frequencies (:class:`pipeline.text.IDFStatistics`)
+    of the phrase each level represents (:func:`hcan_query_phrases`); the paper computes IDF "from the
+    training corpus" (Sec. 3.2), and the collection the model is prepared on is that corpus here.
+    Training is pointwise (binary cross-entropy on the logit, = the paper's two-class NLL of Sec. 2.4).
+    Differences from Sec. 3.2, chosen for a 2-core CPU and offline data: Adam (lr 1e-3) instead of SGD
+    with lr in {0.05, 0.02, 0.01}; GloVe 6B 50d (or ``--set embeddings=word2vec``) instead of 300d
+    word2vec trained on tweets; F = 256.
+    """
+
+    name = "hcan"
+    model_config_class = HCANConfig
+    train_defaults = {"loss": "pointwise", "epochs": 10, "batch_size": 64, "learning_rate": 1e-3}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._idf_rows: dict[tuple[str, ...], list[list[float]]] = {}
+
+    @property
+    def phrase_lengths(self) -> tuple[int, ...]:
+        return tuple(sorted(set(hcan_phrase_lengths(self.model_config))))
+
+    def build_module(self, embedding_weights):
+        if self.text_config.max_query_length > self.model_config.max_query_len:
+            self.text_config.max_query_length = self.model_config.max_query_len
+        return HCANModel(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
+
+    def _query_idf(self, tokens: Sequence[str]) -> list[list[float]]:
+        key = tuple(tokens)
+        rows = self._idf_rows.get(key)
+        if rows is None:
+            rows = [[self.idf.idf(p) for p in level] for level in hcan_query_phrases(tokens, self.model_config)]
+            self._idf_rows[key] = rows
+        return rows
+
+    def features(self, query_tokens: Sequence[Sequence[str]], query_length: int) -> dict:
+        """``query_idf`` ``[B, N+1, Lq]`` (0 at padding)."""
+        levels = self.model_config.num_layers + 1
+        idf = torch.zeros(len(query_tokens), levels, query_length)
+        for row, tokens in enumerate(query_tokens):
+            if tokens:
+                idf[row, :, : len(tokens)] = torch.tensor(self._query_idf(tokens))
+        return {"query_idf": idf}

@@ -1,18 +1,12 @@
 """Tests for rerankers.blocks: masking, interaction matrices, pooling, layers."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-# The project is not pip-installed in the venv; make the repo root importable
-# when pytest runs as a script (no-op once a conftest or install provides it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rerankers import blocks  # noqa: E402
+from rerankers import blocks
 
 
 def make_mask(lengths, max_len):

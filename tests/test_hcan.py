@@ -1,18 +1,12 @@
 """Tests for rerankers.hcan: shapes, masking, phrase conventions, eq. 1, learning."""
 
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-# The project is not pip-installed in the venv; make the repo root importable
-# when pytest runs as a script (no-op once a conftest or install provides it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rerankers.hcan import (  # noqa: E402
+from rerankers.hcan import (
     HCANConfig,
     HCANModel,
     hcan_phrase_lengths,
@@ -43,8 +37,10 @@ def pad_batch(queries, docs, idfs, num_levels, extra_q=0, extra_d=0, garbage=Tru
     lq = max(len(q) for q in queries) + extra_q
     ld = max(len(d) for d in docs) + extra_d
     b = len(queries)
-    fill = (lambda *shape: torch.randint(2, VOCAB, shape)) if garbage else (lambda *shape: torch.zeros(shape, dtype=torch.long))
-    q_ids, d_ids = fill(b, lq), fill(b, ld)
+    if garbage:
+        q_ids, d_ids = torch.randint(2, VOCAB, (b, lq)), torch.randint(2, VOCAB, (b, ld))
+    else:
+        q_ids, d_ids = torch.zeros(b, lq, dtype=torch.long), torch.zeros(b, ld, dtype=torch.long)
     q_mask, d_mask = torch.zeros(b, lq, dtype=torch.bool), torch.zeros(b, ld, dtype=torch.bool)
     idf = torch.rand(b, num_levels, lq) * 5 if garbage else torch.zeros(b, num_levels, lq)
     for row, (q, d, w) in enumerate(zip(queries, docs, idfs)):

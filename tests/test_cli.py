@@ -1,0 +1,128 @@
+"""The command lines: python -m pipeline.run / pipeline.evaluate / pipeline.index (run as subprocesses)."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import run_python, write
+
+
+@pytest.fixture(scope="module")
+def irds_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("irds-home")
+
+
+@pytest.fixture(scope="module")
+def cranfield_runs(tmp_path_factory, irds_home, data_root):
+    """``python -m pipeline.run --dataset cranfield`` twice with the same seed; the second run rebuilds the
+    index in a fresh index directory, so everything is computed again."""
+    out = tmp_path_factory.mktemp("cli-runs")
+    results = []
+    for attempt in ("first", "second"):
+        index_dir = tmp_path_factory.mktemp(f"cli-index-{attempt}")
+        result = run_python(
+            ["-m", "pipeline.run", "--dataset", "cranfield", "--output-dir", str(out / attempt), "--seed", "13"],
+            timeout=400, IR_DATASETS_HOME=irds_home, PIPELINE_INDEX_DIR=index_dir, PIPELINE_MIRROR=data_root,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        results.append((out / attempt, result, index_dir))
+    return results
+
+
+@pytest.mark.slow
+def test_run_cranfield_writes_a_run_and_prints_the_table(cranfield_runs, irds_home):
+    out, result, index_dir = cranfield_runs[0]
+    run_file = out / "cranfield-bm25.run"
+    assert f"run: {run_file}" in result.stdout
+    rows = [line.split() for line in run_file.read_text().splitlines()]
+    per_query = Counter(row[0] for row in rows)
+    assert len(per_query) == 225 and max(per_query.values()) <= 1000
+    assert all(len(row) == 6 and row[5] == "cranfield-bm25" for row in rows)
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[2].strip() == "AP"
+    ap = float(table[2].split("|")[2])
+    assert table[2].startswith("| cranfield-bm25 |") and 0.2 < ap < 0.4
+    assert (out / "cranfield-bm25.eval.md").is_file() and (out / "cranfield-bm25.eval.json").is_file()
+    assert (irds_home / "cranfield" / "cran.tar.gz").is_file()  # the archive came from the mirror
+    assert len(os.listdir(index_dir)) == 1  # one finished index, no temp directories
+
+
+@pytest.mark.slow
+def test_same_seed_gives_byte_identical_runs(cranfield_runs):
+    (first, _, _), (second, _, _) = cranfield_runs
+    a, b = (first / "cranfield-bm25.run").read_bytes(), (second / "cranfield-bm25.run").read_bytes()
+    assert len(a) > 100_000 and a == b
+
+
+def test_evaluate_cli_reports_a_malformed_run_without_traceback(tmp_path):
+    qrels = write(tmp_path / "qrels.txt", "1 0 d1 1\n1 0 d2 0\n")
+    run = write(tmp_path / "bad.run", "1 Q0 d1 1 2.0 t\n1 Q0 d2 2 1.0 t\n1 Q0 d3 3 lots t\n")
+    result = run_python(["-m", "pipeline.evaluate", str(run), "--qrels", str(qrels)], timeout=120)
+    assert result.returncode == 2
+    assert f"{run}:3:" in result.stderr and "score 'lots' is not a number" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_evaluate_cli_with_baseline_writes_reports(tmp_path):
+    qrels = write(tmp_path / "qrels.txt", "".join(f"{q} 0 d{q}a 1\n{q} 0 d{q}b 0\n" for q in range(1, 6)))
+    write(tmp_path / "base.run", "".join(f"{q} Q0 d{q}b 1 2 b\n{q} Q0 d{q}a 2 1 b\n" for q in range(1, 6)))
+    write(tmp_path / "good.run", "".join(f"{q} Q0 d{q}a 1 2 g\n{q} Q0 d{q}b 2 1 g\n" for q in range(1, 6)))
+    result = run_python(
+        ["-m", "pipeline.evaluate", str(tmp_path / "base.run"), str(tmp_path / "good.run"), "--qrels",
+         str(tmp_path / "qrels.txt"), "--baseline", str(tmp_path / "base.run"), "--metrics", "AP P@1",
+         "--output-dir", str(tmp_path / "eval")],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| base (baseline) | 0.5000 | 0.0000 |" in result.stdout
+    assert "| good | 1.0000" in result.stdout
+    assert sorted(os.listdir(tmp_path / "eval")) == ["evaluation.json", "evaluation.md", "evaluation.png"]
+
+
+@pytest.mark.slow
+def test_evaluate_cli_checks_run_ids_against_the_dataset(tmp_path, data_root):
+    run = write(tmp_path / "r.run", "1 Q0 1 1 2.0 t\n1 Q0 999999 2 1.0 t\n")
+    result = run_python(["-m", "pipeline.evaluate", str(run), "--dataset", "vaswani-npl"], timeout=120)
+    assert result.returncode == 2
+    assert f"{run}:2: unknown doc id '999999'" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_index_cli_prints_the_index_path(tmp_path, data_root):
+    result = run_python(["-m", "pipeline.index", "--dataset", "vaswani-npl"], timeout=300, PIPELINE_INDEX_DIR=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = Path(result.stdout.split()[0])
+    assert printed.parent == tmp_path and printed.name.startswith("vaswani-npl-porter-stop-")
+    assert (printed / "pipeline-index.json").is_file() and (printed / "lucene").is_dir()
+    assert "(11429 documents" in result.stdout
+    assert os.listdir(tmp_path) == [printed.name]
+
+
+def test_index_cli_unknown_dataset_exits_2(tmp_path):
+    result = run_python(["-m", "pipeline.index", "--dataset", "no-such-collection"], timeout=120,
+                        PIPELINE_INDEX_DIR=tmp_path, IR_DATASETS_HOME=tmp_path / "irds")
+    assert result.returncode == 2
+    assert "error: unknown dataset 'no-such-collection'" in result.stderr and "Traceback" not in result.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name != "irds"] == []  # no index, no temp directory
+
+
+def test_run_cli_reranker_choices_include_none():
+    from pipeline.run import build_parser
+
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.dest == "reranker")
+    assert "none" in action.choices and action.default == "none"
+    assert parser.parse_args([]).reranker == "none"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--reranker", "no-such-reranker"])
+
+
+def test_run_cli_unknown_split_exits_2(tmp_path, data_root):
+    result = run_python(["-m", "pipeline.run", "--dataset", "wikiqa", "--split", "nope", "--output-dir", str(tmp_path)],
+                        timeout=120)
+    assert result.returncode == 2
+    assert "no split 'nope'" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
