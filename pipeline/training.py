@@ -261,7 +261,7 @@ class Trainer:
                 if config.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
                 optimizer.step()
-                total += float(loss) * len(batch_units)
+                total += float(loss.detach()) * len(batch_units)
                 count += len(batch_units)
                 bar.set_postfix(loss=f"{total / count:.4f}")
             dev_score = self.evaluate(dev) if dev is not None and dev.queries else None

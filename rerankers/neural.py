@@ -26,6 +26,7 @@ from pipeline.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
+_SAFE_LOAD = True  # checkpoints hold only plain types and tensors
 PROJECT_VERSION = "0.1.0"
 
 
@@ -196,7 +197,7 @@ class WordReranker:
             "embedding_shape": list(self.embedding_shape),
             "idf": self.idf.to_json() if self.idf else None,
             "state_dict": {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
-            "versions": {"project": PROJECT_VERSION, "torch": torch.__version__, "python": platform.python_version()},
+            "versions": {"project": PROJECT_VERSION, "torch": str(torch.__version__), "python": platform.python_version()},
         }
         with atomic_write(Path(path), "wb") as handle:
             torch.save(payload, handle)
@@ -210,7 +211,7 @@ class WordReranker:
 
         path = Path(path)
         try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+            payload = torch.load(path, map_location="cpu", weights_only=_SAFE_LOAD)
         except FileNotFoundError:
             raise CheckpointError(f"{path}: checkpoint not found") from None
         except Exception as error:  # torch raises many types for truncated/foreign files

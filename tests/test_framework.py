@@ -1,0 +1,326 @@
+"""The re-ranking framework: text, embeddings, trainer and losses, protocols, checkpoints, determinism.
+
+Uses a small synthetic pair-format collection (relevant candidates share the query's rare words) and a
+tiny HCAN so that every test runs in seconds on two cores.
+"""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.datasets import load_dataset, load_local
+from pipeline.errors import CheckpointError, DataFormatError, PipelineError
+from pipeline.evaluate import evaluate
+from pipeline.text import IDFStatistics, Vocabulary, tokenize
+from pipeline.training import (
+    RankingData, TrainConfig, apply_overrides, kfold, make_protocol, parse_overrides, rerank_candidates,
+)
+from rerankers import available, reranker_class
+from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
+from rerankers.hcan import HCANReranker
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = {"num_filters": 16, "hidden_dim": 16, "num_layers": 2, "max_query_len": 8, "embeddings": "random",
+        "embedding_dim": 16, "epochs": 6, "learning_rate": 0.01, "batch_size": 16, "dropout": 0.0}
+
+TOPICS = ["alpha bravo", "charlie delta", "echo foxtrot", "golf hotel", "india juliet", "kilo lima",
+          "mike november", "oscar papa", "quebec romeo", "sierra tango", "uniform victor", "whiskey xray"]
+FILLER = "the a of in on and to is was for with as by at from".split()
+
+
+def write_pairs(folder: Path, seed: int, topics: list[str], per_query: int = 8) -> None:
+    """A pair-format split: per query, two relevant candidates (with the query words) and random others."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True)
+    rows = []
+    for number, topic in enumerate(topics):
+        for position in range(per_query):
+            words = [rng.choice(FILLER) for _ in range(rng.randint(4, 9))]
+            relevant = position < 2
+            if relevant:
+                for word in topic.split():
+                    words.insert(rng.randrange(len(words) + 1), word)
+            else:  # distractor: a word from another topic
+                words.insert(0, rng.choice(" ".join(topics).split()))
+            rows.append((topic, " ".join(words), f"q{number}", int(relevant)))
+    rng.shuffle(rows)
+    rows.sort(key=lambda r: r[2])
+    (folder / "a.toks").write_text("".join(r[0] + "\n" for r in rows))
+    (folder / "b.toks").write_text("".join(r[1] + "\n" for r in rows))
+    (folder / "id.txt").write_text("".join(r[2] + "\n" for r in rows))
+    (folder / "sim.txt").write_text("".join(f"{r[3]}\n" for r in rows))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tinypairs")
+    write_pairs(root / "train", 1, TOPICS[:8])
+    write_pairs(root / "dev", 2, TOPICS[8:10])
+    write_pairs(root / "test", 3, TOPICS[10:])
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    return load_local(tiny_dir)
+
+
+def train_tiny(dataset, seed=7, use_dev=True, **extra):
+    fold = make_protocol(dataset, None, seed)[0]
+    reranker = HCANReranker.from_options({**TINY, **extra}, seed=seed)
+    train = RankingData.from_dataset(dataset, fold.train, dataset.first_stage)
+    dev = RankingData.from_dataset(dataset, fold.dev, dataset.first_stage) if use_dev else None
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train, dev)
+    return reranker, report, fold
+
+
+# ----------------------------------------------------------------------------------------------- text
+
+
+def test_tokenizer_keeps_pretokenized_tokens():
+    pretokenized = "iran and water shortage : in burning rage @url via @names , 0.8 % do n't"
+    assert tokenize(pretokenized) == pretokenized.split()
+    assert tokenize("Wing (in a slipstream).") == ["wing", "(", "in", "a", "slipstream", ")", "."]
+
+
+def test_vocabulary_is_deterministic_and_maps_oov():
+    texts = [["b", "a", "b"], ["c", "a", "b"]]
+    vocab = Vocabulary.build(texts)
+    assert vocab.tokens == ["<pad>", "<oov>", "b", "a", "c"]
+    assert Vocabulary.build(list(reversed(texts))).tokens == vocab.tokens
+    assert vocab.encode(["a", "zzz"]) == [3, 1]
+    with pytest.raises(ValueError):
+        Vocabulary(["a", "b"])
+
+
+def test_idf_phrases_and_fallback():
+    docs = [["new", "york", "city"], ["new", "car"], ["york", "new"], ["city"]]
+    stats = IDFStatistics.build(docs, phrases=[("new", "york")], max_n=2)
+    assert stats.df("new") == 3 and stats.df(("new", "york")) == 1
+    # an uncounted phrase falls back to its rarest word's document frequency
+    assert stats.df(("york", "city")) == 2
+    assert stats.idf(("new", "york")) > stats.idf("new")
+    assert IDFStatistics.from_json(json.loads(json.dumps(stats.to_json()))) == stats
+
+
+# ------------------------------------------------------------------------------------------ embeddings
+
+
+def test_glove_rows_are_the_real_vectors():
+    vocab = Vocabulary.build([["the", "water", "qqqzzzunknown"]])
+    matrix = glove_6b_50d(vocab, seed=0)
+    assert matrix.shape == (len(vocab), 50)
+    assert np.allclose(matrix[vocab.id("the")][:3], [0.418, 0.24968, -0.41242], atol=1e-5)
+    assert np.all(matrix[0] == 0)
+    unknown = matrix[vocab.id("qqqzzzunknown")]
+    assert unknown.min() >= 0.0 and unknown.max() <= 0.1
+
+
+def test_text_vectors_file_and_its_errors(tmp_path):
+    vocab = Vocabulary.build([["alpha", "beta"]])
+    good = tmp_path / "vectors.txt"
+    good.write_text("2 3\nalpha 1 2 3\ngamma 4 5 6\n")
+    matrix = text_vectors(vocab, good)
+    assert matrix.shape == (4, 3) and list(matrix[vocab.id("alpha")]) == [1, 2, 3]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("alpha 1 2 3\nbeta 1 2\n")
+    with pytest.raises(DataFormatError, match=r"bad\.txt:2: expected 3 numbers"):
+        text_vectors(vocab, bad)
+    with pytest.raises(PipelineError, match="unknown embeddings"):
+        load_embeddings("no-such-source", vocab)
+
+
+# ------------------------------------------------------------------------------------------- options
+
+
+def test_overrides_route_to_configs_and_reject_unknown():
+    reranker = HCANReranker.from_options({"matching": "rm", "epochs": "3", "max_doc_length": "20"})
+    assert reranker.model_config.matching == "rm"
+    assert reranker.train_config.epochs == 3
+    assert reranker.text_config.max_doc_length == 20
+    with pytest.raises(PipelineError, match="unknown model option 'nope'"):
+        HCANReranker.from_options({"nope": 1})
+    with pytest.raises(PipelineError, match="expected a int"):
+        HCANReranker.from_options({"epochs": "many"})
+    with pytest.raises(ValueError):
+        HCANReranker.from_options({"encoder": "sideways"})
+    with pytest.raises(PipelineError, match="unknown loss"):
+        apply_overrides([TrainConfig()], {"loss": "magic"})
+
+
+def test_config_file_then_set(tmp_path):
+    path = tmp_path / "hcan.yaml"
+    path.write_text("matching: sm\nepochs: 4\n")
+    assert parse_overrides(["epochs=2"], str(path)) == {"matching": "sm", "epochs": "2"}
+    with pytest.raises(PipelineError, match="expected name=value"):
+        parse_overrides(["epochs"])
+
+
+def test_registry_lists_hcan():
+    assert available()[0] == "none" and "hcan" in available()
+    assert reranker_class("hcan") is HCANReranker
+    with pytest.raises(PipelineError, match="unknown re-ranker"):
+        reranker_class("bert-large-magic")
+
+
+# ----------------------------------------------------------------------------------------- protocols
+
+
+def test_kfold_tests_every_query_once_and_keeps_splits_disjoint():
+    queries = [f"q{i}" for i in range(23)]
+    folds = kfold(queries, 5, seed=3)
+    tested = [q for fold in folds for q in fold.test]
+    assert sorted(tested) == sorted(queries)
+    for fold in folds:
+        assert not set(fold.train) & set(fold.test)
+        assert not set(fold.dev) & set(fold.test)
+        assert not set(fold.dev) & set(fold.train)
+        assert set(fold.train) | set(fold.dev) | set(fold.test) == set(queries)
+
+
+def test_protocol_uses_own_splits(tiny):
+    fold, = make_protocol(tiny, None, seed=1)
+    assert set(fold.train) == set(tiny.splits["train"]) and set(fold.dev) == set(tiny.splits["dev"])
+    assert set(fold.test) == set(tiny.splits["test"])
+    with pytest.raises(PipelineError, match="cannot test on the training split"):
+        make_protocol(tiny, "train", seed=1)
+
+
+@pytest.mark.slow
+def test_microblog_protocol_is_leave_one_year_out(data_root):
+    dataset = load_dataset("microblog")
+    fold, = make_protocol(dataset, "2013", seed=42)
+    training_years = set(dataset.splits["2011"] + dataset.splits["2012"] + dataset.splits["2014"])
+    assert set(fold.test) == set(dataset.splits["2013"])
+    assert set(fold.train) | set(fold.dev) == training_years
+    assert len(fold.dev) == round(0.15 * len(training_years))
+    assert make_protocol(dataset, "2013", seed=42)[0] == fold
+
+
+@pytest.mark.slow
+def test_trecqa_raw_test_validates_on_raw_dev(data_root):
+    dataset = load_dataset("trecqa")
+    fold, = make_protocol(dataset, "raw-test", seed=1)
+    assert set(fold.dev) == set(dataset.splits["raw-dev"]) and set(fold.train) == set(dataset.splits["train"])
+
+
+# -------------------------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("loss", ["pointwise", "hinge", "softmax"])
+def test_training_lowers_the_loss_and_ranks_relevant_first(tiny, loss):
+    reranker, report, fold = train_tiny(tiny, use_dev=False, loss=loss, epochs=12)
+    losses = [epoch.loss for epoch in report.epochs]
+    assert losses[-1] < losses[0] * 0.8, losses
+    train = RankingData.from_dataset(tiny, fold.train, tiny.first_stage)
+    ap = evaluate(rerank_candidates(reranker, train), train.qrels_list(), "AP").aggregate["AP"]
+    assert ap > 0.8, ap
+
+
+def test_early_stopping_keeps_the_best_dev_epoch(tiny):
+    _, report, _ = train_tiny(tiny, epochs=6, patience=1)
+    scores = [e.dev_score for e in report.epochs]
+    assert report.best_dev_score == max(scores)
+    assert report.epochs[report.best_epoch - 1].dev_score == report.best_dev_score
+    if report.stopped_early:
+        assert len(report.epochs) < 6
+
+
+def test_same_seed_same_scores_other_seed_other_scores(tiny):
+    first, _, fold = train_tiny(tiny, seed=5, epochs=2)
+    second, _, _ = train_tiny(tiny, seed=5, epochs=2)
+    third, _, _ = train_tiny(tiny, seed=6, epochs=2)
+    test = RankingData.from_dataset(tiny, fold.test, tiny.first_stage)
+    query = next(iter(test.queries.values()))
+    docs = [test.docs[h.doc_id] for h in test.candidates[query.query_id]]
+    assert first.score(query, docs) == second.score(query, docs)
+    assert first.score(query, docs) != third.score(query, docs)
+
+
+def test_reranking_keeps_exactly_the_candidates(tiny):
+    from pipeline.run import rerank
+
+    reranker, _, fold = train_tiny(tiny, epochs=1)
+    first = {q: tiny.first_stage[q] for q in fold.test}
+    final = rerank(reranker, tiny, first)
+    for query_id, hits in first.items():
+        assert sorted(h.doc_id for h in final[query_id]) == sorted(h.doc_id for h in hits)
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+
+
+def test_save_load_round_trip_gives_identical_scores(tiny, tmp_path):
+    reranker, _, fold = train_tiny(tiny, epochs=1)
+    path = tmp_path / "model.pt"
+    reranker.save(path)
+    loaded = HCANReranker.load(path)
+    assert loaded.vocab.tokens == reranker.vocab.tokens
+    assert loaded.model_config == reranker.model_config
+    query = tiny.queries[fold.test[0]]
+    docs = [tiny.doc_store()[h.doc_id] for h in tiny.first_stage[query.query_id]]
+    assert loaded.score(query, docs) == reranker.score(query, docs)
+    payload = torch.load(path, weights_only=True)
+    assert payload["versions"]["torch"] == str(torch.__version__)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_bad_checkpoints_are_clear_errors(tiny, tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="garbage.pt: not a readable checkpoint"):
+        HCANReranker.load(garbage)
+    with pytest.raises(CheckpointError, match="not found"):
+        HCANReranker.load(tmp_path / "missing.pt")
+    reranker, _, _ = train_tiny(tiny, epochs=1)
+    good = tmp_path / "good.pt"
+    reranker.save(good)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="truncated.pt"):
+        HCANReranker.load(truncated)
+
+    class OtherModel(HCANReranker):
+        name = "other"
+
+    with pytest.raises(CheckpointError, match="holds a 'hcan' model, not 'other'"):
+        OtherModel.load(good)
+    payload = torch.load(good, weights_only=True)
+    payload["model_config"]["num_filters"] = 32  # weights no longer fit the config
+    mismatched = tmp_path / "mismatched.pt"
+    torch.save(payload, mismatched)
+    with pytest.raises(CheckpointError, match="weights do not fit"):
+        HCANReranker.load(mismatched)
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def test_pipeline_run_trains_caches_and_is_deterministic(tiny_dir, tmp_path):
+    settings = [f"--set={k}={v}" for k, v in {**TINY, "epochs": 2}.items()]
+    command = [sys.executable, "-m", "pipeline.run", "--dataset", str(tiny_dir), "--reranker", "hcan",
+               "--metrics", "AP", *settings]
+    env_models = {"PIPELINE_MODEL_DIR": str(tmp_path / "models"), "TQDM_DISABLE": "1"}
+    import os
+
+    env = {**os.environ, **env_models}
+    outputs = []
+    for run in ("a", "b"):
+        done = subprocess.run([*command, "--output-dir", str(tmp_path / run)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done)
+    assert "training hcan" in outputs[0].stderr and "loaded" in outputs[1].stderr
+    files = [next((tmp_path / run).glob("*.run")).read_bytes() for run in ("a", "b")]
+    assert files[0] == files[1]
+    lines = files[0].decode().splitlines()
+    assert {line.split()[0] for line in lines} == {"q10", "q11"}  # only the test split is re-ranked
+    assert "| tinypairs" in outputs[0].stdout and "(baseline)" in outputs[0].stdout
