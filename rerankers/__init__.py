@@ -47,6 +47,10 @@ class Reranker(Protocol):
 REGISTRY: dict[str, str | None] = {
     "none": None,
     "hcan": "rerankers.hcan:HCANReranker",
+    "knrm": "rerankers.baselines:KNRMReranker",
+    "conv-knrm": "rerankers.baselines:ConvKNRMReranker",
+    "drmm": "rerankers.baselines:DRMMReranker",
+    "matchpyramid": "rerankers.baselines:MatchPyramidReranker",
 }
 
 

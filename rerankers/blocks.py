@@ -686,3 +686,70 @@ def feed_forward(
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
     return nn.Sequential(*layers)
+
+
+# --------------------------------------------------------------------------
+# Dynamic pooling (MatchPyramid)
+# --------------------------------------------------------------------------
+
+
+def _dynamic_max_pool_last_axis(x: torch.Tensor, lengths: torch.Tensor, size: int) -> torch.Tensor:
+    # Window r over a row of real length n is [floor(r*n/P), ceil((r+1)*n/P)),
+    # the formula of adaptive max pooling, so P windows always cover the n
+    # real positions (repeating some when n < P) and never reach padding.
+    # Gathering at most ceil(L/P)+1 positions per window keeps the memory at
+    # O(P * window) instead of the O(P * L) of a dense window-membership mask.
+    batch, length = x.shape[0], x.shape[-1]
+    leading = x.shape[1:-1]
+    ones = (1,) * len(leading)
+    real = lengths.clamp(0, length).view(batch, 1)
+    slots = torch.arange(size, device=x.device).view(1, size)
+    start = (slots * real) // size
+    end = ((slots + 1) * real + size - 1) // size
+    width = max(1, min(length, -(-length // size) + 1))
+    index = start.unsqueeze(-1) + torch.arange(width, device=x.device).view(1, 1, width)
+    inside = index < end.unsqueeze(-1)  # [B, P, W]
+    index = index.clamp_max(max(length - 1, 0))
+    flat = index.view(batch, *ones, size * width).expand(batch, *leading, size * width)
+    gathered = x.gather(-1, flat).view(batch, *leading, size, width)
+    gathered = gathered.masked_fill(~inside.view(batch, *ones, size, width), torch.finfo(x.dtype).min)
+    pooled = gathered.amax(dim=-1)
+    empty = (end <= start).view(batch, *ones, size)  # only rows with no real position at all
+    return pooled.masked_fill(empty, 0.0)
+
+
+def masked_dynamic_max_pool2d(
+    x: torch.Tensor, q_mask: torch.Tensor, d_mask: torch.Tensor, output_size: tuple[int, int]
+) -> torch.Tensor:
+    """Dynamic max pooling of each pair's real sub-matrix to a fixed grid (MatchPyramid, Pang et al. 2016).
+
+    MatchPyramid (AAAI 2016, Sec. 3.2, eq. 5, after Socher et al. 2011)
+    pools a feature map whose size depends on the two texts' lengths into a
+    fixed ``Pq x Pd`` grid, with pooling windows of size about ``n/Pq`` by
+    ``m/Pd`` for real lengths ``n`` and ``m``. Here window ``(r, c)`` covers
+    rows ``[floor(r*n/Pq), ceil((r+1)*n/Pq))`` and columns
+    ``[floor(c*m/Pd), ceil((c+1)*m/Pd))`` of the real region only: the same
+    windows as ``F.adaptive_max_pool2d(x[b, :, :n, :m], output_size)``, so a
+    text shorter than the grid has its rows/columns repeated, and the result
+    never depends on how much padding the batch adds.
+
+    Args:
+        x: ``[B, C, Lq, Ld]`` feature maps (e.g. convolved interaction matrices).
+        q_mask: ``[B, Lq]`` bool; real tokens must form a prefix of each row.
+        d_mask: ``[B, Ld]`` bool; same convention.
+        output_size: ``(Pq, Pd)``, both >= 1.
+
+    Returns:
+        ``[B, C, Pq, Pd]``; a pair with no real query or document token gets zeros.
+    """
+    rows, cols = output_size
+    if rows < 1 or cols < 1:
+        raise ValueError(f"output_size must be positive, got {output_size}")
+    if x.dim() != 4:
+        raise ValueError(f"x must be [B, C, Lq, Ld], got shape {tuple(x.shape)}")
+    pooled = _dynamic_max_pool_last_axis(x, lengths_from_mask(d_mask), cols)  # [B, C, Lq, Pd]
+    pooled = _dynamic_max_pool_last_axis(pooled.transpose(-1, -2), lengths_from_mask(q_mask), rows)
+    return pooled.transpose(-1, -2).contiguous()
+
+
+__all__.append("masked_dynamic_max_pool2d")
