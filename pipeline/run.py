@@ -100,6 +100,10 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     from rerankers import reranker_class
 
     set_seed(args.seed)
+    if args.threads:
+        import os
+
+        os.environ["PIPELINE_THREADS"] = str(args.threads)
     timings: dict[str, float] = {}
     started = time.perf_counter()
     dataset = load_dataset(args.dataset, args.mirror)
@@ -170,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR), help="where runs and reports go (default: runs/)")
     parser.add_argument("--name", help="run name (default: derived from dataset, split, first stage, re-ranker)")
     parser.add_argument("--seed", type=int, default=42, help="random seed (same seed -> same run file)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads for training/scoring (env PIPELINE_THREADS; default: torch's)")
     parser.add_argument("--mirror", help="offline mirror directory for ir_datasets archives (env PIPELINE_MIRROR)")
     model = parser.add_argument_group("re-ranker training (when no cached model exists)")
     model.add_argument("--set", action="append", metavar="NAME=VALUE",

@@ -115,6 +115,21 @@ def resolve_device(name: str = "auto"):
     return torch.device(name)
 
 
+def set_threads(threads: int | None = None) -> None:
+    """Limit torch's CPU threads (``threads``, else ``PIPELINE_THREADS``; unset keeps torch's default).
+
+    On a small shared machine, torch's default of one thread per core makes small batched operations
+    spin-wait on each other when another process is busy: one thread per process is then far faster.
+    """
+    import os
+
+    threads = threads or int(os.environ.get("PIPELINE_THREADS", "0") or 0)
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA) generators."""
     import numpy as np
@@ -225,6 +240,7 @@ class Trainer:
         from tqdm.auto import tqdm
 
         config = self.config
+        set_threads()
         seed_everything(self.seed)
         rng = random.Random(self.seed)
         device = resolve_device(config.device)

@@ -71,6 +71,7 @@ class WordReranker:
         self.device = None
         self.embedding_shape: tuple[int, int] | None = None
         self._doc_cache: dict[str, list[str]] = {}
+        self._threads_set = False
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -158,6 +159,11 @@ class WordReranker:
 
         if self.module is None:
             raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
+        if not self._threads_set:
+            from pipeline.training import set_threads
+
+            set_threads()
+            self._threads_set = True
         self.module.eval()
         size = self.train_config.score_batch_size
         order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))

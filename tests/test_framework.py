@@ -322,5 +322,5 @@ def test_pipeline_run_trains_caches_and_is_deterministic(tiny_dir, tmp_path):
     files = [next((tmp_path / run).glob("*.run")).read_bytes() for run in ("a", "b")]
     assert files[0] == files[1]
     lines = files[0].decode().splitlines()
-    assert {line.split()[0] for line in lines} == {"q10", "q11"}  # only the test split is re-ranked
+    assert {line.split()[0] for line in lines} == {"test/q0", "test/q1"}  # only the test split is re-ranked
     assert "| tinypairs" in outputs[0].stdout and "(baseline)" in outputs[0].stdout
