@@ -1,0 +1,98 @@
+"""Train and evaluate re-rankers over several seeds and report mean and spread: the effectiveness rows of
+BENCHMARKS.md.
+
+    python benchmarks/reproduce.py --dataset microblog --split 2013 --reranker hcan \\
+        --variant RM:matching=rm --variant SM:matching=sm --variant HCAN:matching=full \\
+        --seeds 1 2 3 --metrics "AP P@30" --set max_examples_per_epoch=12800 --output benchmarks/results/x.md
+
+Each (variant, seed) is one ``pipeline.run`` (trained models are cached under ``models/``, runs written to
+``--output-dir``); the table gives the first stage's scores, then mean ± sample standard deviation over
+seeds and the per-seed values of each variant.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline.run import build_parser, run_pipeline  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--split")
+    parser.add_argument("--reranker", action="append", required=True,
+                        help="re-ranker name (repeatable: several models on the same protocol)")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="LABEL:name=value,name=value (repeatable); default one variant with no options")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--metrics", default="AP P@30")
+    parser.add_argument("--set", action="append", default=[], help="options for every variant")
+    parser.add_argument("--first-stage", default="auto")
+    parser.add_argument("--k", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--output-dir", default="runs/reproduce")
+    parser.add_argument("--output", help="write the Markdown table here (and .json beside it)")
+    args = parser.parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")
+
+    variants = []
+    for spec in args.variant or [":"]:
+        label, _, options = spec.partition(":")
+        variants.append((label, [o for o in options.split(",") if o]))
+    results: dict[str, dict[str, list[float]]] = {}
+    baseline: dict[str, float] = {}
+    command = " ".join(sys.argv)
+    started = time.time()
+    for reranker in args.reranker:
+        for label, options in variants:
+            name = f"{reranker}{'-' + label if label else ''}"
+            for seed in args.seeds:
+                argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
+                        "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
+                        "--output-dir", args.output_dir, "--threads", str(args.threads),
+                        "--name", f"{args.dataset}-{args.split or 'all'}-{name}-seed{seed}"]
+                if args.split:
+                    argv += ["--split", args.split]
+                for option in [*args.set, *options]:
+                    argv += ["--set", option]
+                result = run_pipeline(build_parser().parse_args(argv))
+                first, final = result.comparison.evaluations[0], result.comparison.evaluations[-1]
+                baseline = first.aggregate
+                for measure, value in final.aggregate.items():
+                    results.setdefault(name, {}).setdefault(measure, []).append(value)
+                print(f"{name} seed {seed}: {final.aggregate}", flush=True)
+
+    measures = list(baseline)
+    lines = [f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s) -->",
+             "| model | " + " | ".join(measures) + " | per seed |", "|---|" + "---|" * (len(measures) + 1)]
+    lines.append("| first stage | " + " | ".join(f"{baseline[m]:.4f}" for m in measures) + " | |")
+    for name, values in results.items():
+        cells = []
+        for measure in measures:
+            series = values[measure]
+            spread = statistics.stdev(series) if len(series) > 1 else 0.0
+            cells.append(f"{statistics.mean(series):.4f} ± {spread:.4f}")
+        per_seed = "; ".join("/".join(f"{values[m][i]:.4f}" for m in measures) for i in range(len(args.seeds)))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {per_seed} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.output:
+        from pipeline.atomic import atomic_write
+
+        with atomic_write(args.output) as handle:
+            handle.write(text + "\n")
+        with atomic_write(Path(args.output).with_suffix(".json")) as handle:
+            json.dump({"command": command, "first_stage": baseline, "results": results, "seeds": args.seeds}, handle,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
