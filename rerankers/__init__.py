@@ -51,6 +51,10 @@ REGISTRY: dict[str, str | None] = {
     "conv-knrm": "rerankers.baselines:ConvKNRMReranker",
     "drmm": "rerankers.baselines:DRMMReranker",
     "matchpyramid": "rerankers.baselines:MatchPyramidReranker",
+    "mvlstm": "rerankers.mvlstm:MVLSTMReranker",
+    "amvlstm": "rerankers.mvlstm:AMVLSTMReranker",
+    "iasm": "rerankers.iasm:IASMReranker",
+    "iasm-static": "rerankers.iasm:IASMStaticReranker",
 }
 
 

@@ -1,0 +1,259 @@
+"""Tests for rerankers.mvlstm: MV-LSTM (eq. 1-3) and aMV-LSTM's attention gates (eq. 4)."""
+
+import itertools
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.datasets import Dataset
+from pipeline.errors import CheckpointError
+from pipeline.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.training import RankingData
+from rerankers.mvlstm import (
+    AMVLSTMConfig,
+    AMVLSTMReranker,
+    AttentionGate,
+    MVLSTMConfig,
+    MVLSTMModel,
+    MVLSTMReranker,
+)
+
+VOCAB, EMBED = 40, 10
+SIDES = ["none", "q", "a", "qa"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a shared 2-core machine OpenMP's spinning
+    threads make these tests ~10x slower; the previous setting is restored for other modules."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+INTERACTIONS = ["cosine", "bilinear", "tensor"]
+
+
+def small_config(**overrides):
+    params = dict(hidden_size=6, top_k=7, tensor_channels=3, dropout=0.0)
+    params.update(overrides)
+    return MVLSTMConfig(**params)
+
+
+def make_model(config, seed=0):
+    torch.manual_seed(seed)
+    return MVLSTMModel(config, torch.randn(VOCAB, EMBED))
+
+
+def pad_batch(queries, docs, extra_q=0, extra_d=0):
+    """Right-pad pairs; padding positions get random (non-zero) ids, which the masks must hide."""
+    lq = max(len(q) for q in queries) + extra_q
+    ld = max(len(d) for d in docs) + extra_d
+    q_ids, d_ids = torch.randint(2, VOCAB, (len(queries), lq)), torch.randint(2, VOCAB, (len(docs), ld))
+    q_mask, d_mask = torch.zeros(len(queries), lq, dtype=torch.bool), torch.zeros(len(docs), ld, dtype=torch.bool)
+    for row, (q, d) in enumerate(zip(queries, docs)):
+        q_ids[row, : len(q)], q_mask[row, : len(q)] = torch.tensor(q), True
+        d_ids[row, : len(d)], d_mask[row, : len(d)] = torch.tensor(d), True
+    return q_ids, q_mask, d_ids, d_mask
+
+
+def random_pairs(num, seed, max_q=6, max_d=12):
+    gen = torch.Generator().manual_seed(seed)
+    queries, docs = [], []
+    for _ in range(num):
+        lq = int(torch.randint(1, max_q + 1, (1,), generator=gen))
+        ld = int(torch.randint(1, max_d + 1, (1,), generator=gen))
+        queries.append(torch.randint(2, VOCAB, (lq,), generator=gen).tolist())
+        docs.append(torch.randint(2, VOCAB, (ld,), generator=gen).tolist())
+    return queries, docs
+
+
+# ------------------------------------------------------------------------------------------ module
+
+
+@pytest.mark.parametrize("attention,interaction", list(itertools.product(SIDES, INTERACTIONS)))
+def test_forward_shapes_and_finite_scores(attention, interaction):
+    model = make_model(small_config(attention=attention, interaction=interaction)).train()
+    scores = model(*pad_batch(*random_pairs(4, seed=1)))
+    assert scores.shape == (4,)
+    assert torch.isfinite(scores).all()
+
+
+@pytest.mark.parametrize("attention,interaction", [("none", "cosine"), ("qa", "cosine"), ("q", "bilinear"),
+                                                   ("a", "tensor")])
+def test_padding_never_changes_a_score(attention, interaction):
+    # top_k=7 exceeds the real cells of some pairs (1x1 .. 6x12), so the zero-filled slots are exercised
+    model = make_model(small_config(attention=attention, interaction=interaction)).eval()
+    queries, docs = random_pairs(6, seed=2)
+    with torch.no_grad():
+        alone = torch.cat([model(*pad_batch([q], [d])) for q, d in zip(queries, docs)])
+        batched = model(*pad_batch(queries, docs, extra_q=3, extra_d=9))
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_gate_is_eq4_softmax_over_real_tokens():
+    torch.manual_seed(3)
+    gate = AttentionGate(4)
+    with torch.no_grad():
+        gate.vector.copy_(torch.tensor([1.0, -2.0, 0.5, 3.0]))
+    words = torch.randn(2, 5, 4)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    alpha = gate.weights(words, mask)
+    for row, length in enumerate([5, 2]):
+        logits = [sum(float(words[row, t, i]) * [1.0, -2.0, 0.5, 3.0][i] for i in range(4)) for t in range(length)]
+        expected = torch.softmax(torch.tensor(logits), dim=0)
+        torch.testing.assert_close(alpha[row, :length], expected)
+        assert torch.all(alpha[row, length:] == 0)
+    torch.testing.assert_close(gate(words, mask), words * alpha.unsqueeze(-1))
+
+
+def _same_weights(attention, reference, gate_vector):
+    """A model with ``reference``'s weights plus gates set to ``gate_vector`` (only the gates differ)."""
+    model = MVLSTMModel(small_config(attention=attention), torch.zeros(VOCAB, EMBED))
+    missing, unexpected = model.load_state_dict(reference.state_dict(), strict=False)
+    assert not unexpected and all("gate" in name for name in missing)
+    with torch.no_grad():
+        for gate in (model.query_gate, model.doc_gate):
+            if gate is not None:
+                gate.vector.copy_(gate_vector)
+    return model.eval()
+
+
+def test_attention_variants_all_run_and_differ():
+    reference = make_model(small_config(attention="none"), seed=4).eval()
+    gate_vector = torch.linspace(-2.0, 2.0, EMBED)
+    models = {side: _same_weights(side, reference, gate_vector) for side in SIDES}
+    queries, docs = random_pairs(5, seed=5, max_q=5, max_d=9)
+    queries = [q + [3, 4] for q in queries]  # every question has >= 2 tokens, so its gate cannot be 1
+    docs = [d + [5, 6] for d in docs]
+    batch = pad_batch(queries, docs)
+    with torch.no_grad():
+        scores = {side: model(*batch) for side, model in models.items()}
+    torch.testing.assert_close(scores["none"], reference(*batch))
+    for first, second in itertools.combinations(SIDES, 2):
+        assert (scores[first] - scores[second]).abs().max() > 1e-4, (first, second)
+
+
+def test_question_gate_is_a_no_op_on_one_word_questions():
+    # eq. 4 over a single word gives alpha = 1: aMV-LSTM (Q) must then equal MV-LSTM exactly
+    reference = make_model(small_config(attention="none"), seed=6).eval()
+    gated = _same_weights("q", reference, torch.linspace(-2.0, 2.0, EMBED))
+    batch = pad_batch([[7], [9]], [[3, 4, 5], [6, 7, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(gated(*batch), reference(*batch))
+        multi = pad_batch([[7, 8]], [[3, 4, 5]])
+        assert (gated(*multi) - reference(*multi)).abs().max() > 1e-4
+
+
+def test_score_is_eq3_on_kmax_of_cosine_matrix():
+    config = small_config(attention="none", interaction="cosine", top_k=5)
+    model = make_model(config, seed=7).eval()
+    batch = pad_batch([[3, 4, 5]], [[6, 7, 8, 9]])
+    q_ids, q_mask, d_ids, d_mask = batch
+    with torch.no_grad():
+        query = model.positional_representations(q_ids, q_mask, "q")[0]
+        doc = model.positional_representations(d_ids, d_mask, "a")[0]
+        cells = [float(F.cosine_similarity(query[i], doc[j], dim=0)) for i in range(3) for j in range(4)]
+        top = torch.tensor(sorted(cells, reverse=True)[:5])
+        linear = model.scorer[0]
+        expected = float(top @ linear.weight[0] + linear.bias[0])
+        assert float(model(*batch)) == pytest.approx(expected, abs=1e-5)
+
+
+def test_every_parameter_gets_a_gradient():
+    model = make_model(small_config(attention="qa", interaction="tensor", mlp_hidden=4, dropout=0.3)).train()
+    model(*pad_batch(*random_pairs(4, seed=8))).sum().backward()
+    missing = [name for name, p in model.named_parameters()
+               if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
+    assert not missing
+    assert not model.embedding.weight.requires_grad  # frozen by default (train_embed: false)
+
+
+def test_shared_encoder_and_normalized_embeddings():
+    shared = make_model(small_config(shared_encoder=True))
+    assert shared.query_encoder is shared.doc_encoder
+    separate = make_model(small_config())
+    assert separate.query_encoder is not separate.doc_encoder
+    norms = separate.embedding.weight[1:].norm(dim=-1)
+    torch.testing.assert_close(norms, torch.ones_like(norms))
+    assert torch.all(separate.embedding.weight[0] == 0)
+
+
+def test_config_validation_and_defaults():
+    assert MVLSTMConfig().attention == "none" and AMVLSTMConfig().attention == "q"
+    assert (MVLSTMConfig().hidden_size, MVLSTMConfig().top_k) == (50, 100)
+    for bad in (dict(attention="both"), dict(interaction="dot"), dict(top_k=0), dict(dropout=1.0),
+                dict(mlp_hidden=-1)):
+        with pytest.raises(ValueError):
+            MVLSTMConfig(**bad)
+    with pytest.raises(ValueError):
+        MVLSTMReranker.from_options({"attention": "x"})
+
+
+# ---------------------------------------------------------------------------- through the framework
+
+WORDS = [f"w{i}" for i in range(40)]
+
+
+def tiny_dataset(seed=0, num_queries=16):
+    """Queries of 3 words; per query one relevant answer sharing 2 of them and 3 answers sharing none."""
+    rng = random.Random(seed)
+    queries, docs, qrels, run = {}, {}, [], {}
+    for number in range(num_queries):
+        qid = f"q{number}"
+        words = rng.sample(WORDS, 3)
+        others = [w for w in WORDS if w not in words]
+        queries[qid] = Query(qid, " ".join(words))
+        texts = [rng.sample(words, 2) + rng.sample(others, 4)] + [rng.sample(others, 6) for _ in range(3)]
+        for rank, tokens in enumerate(texts):
+            rng.shuffle(tokens)
+            doc_id = f"{qid}-d{rank}"
+            docs[doc_id] = Doc(doc_id, " ".join(tokens))
+            qrels.append(Qrel(qid, doc_id, 1 if rank == 0 else 0))
+        order = rng.sample(range(4), 4)
+        run[qid] = [ScoredDoc(qid, f"{qid}-d{r}", -float(i)) for i, r in enumerate(order)]
+    splits = {"train": list(queries)}
+    return Dataset("tiny", queries, qrels, lambda: docs.values(), "tiny", splits, run, _store=docs)
+
+
+def write_vectors(path, dim=12, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    lines = [w + " " + " ".join(f"{v:.5f}" for v in torch.randn(dim, generator=gen).tolist()) for w in WORDS]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def fitted(cls, tmp_path, **options):
+    dataset = tiny_dataset()
+    train = RankingData.from_dataset(dataset, dataset.splits["train"], dataset.first_stage)
+    settings = dict(embeddings=write_vectors(tmp_path / "vectors.txt"), hidden_size=8, top_k=10, dropout=0.0,
+                    epochs=3, learning_rate=0.01, batch_size=16, negatives=3, device="cpu")
+    settings.update(options)
+    reranker = cls.from_options(settings, seed=3)
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train)
+    return reranker, report, train
+
+
+@pytest.mark.parametrize("cls", [MVLSTMReranker, AMVLSTMReranker])
+def test_tiny_fit_lowers_the_hinge_loss(cls, tmp_path):
+    reranker, report, _ = fitted(cls, tmp_path)
+    assert reranker.train_config.loss == "hinge" and reranker.train_config.margin == 1.0
+    assert reranker.model_config.attention == ("q" if cls is AMVLSTMReranker else "none")
+    losses = [epoch.loss for epoch in report.epochs]
+    assert len(losses) == 3
+    assert losses[-1] < losses[0]
+
+
+def test_save_load_round_trip_gives_identical_scores(tmp_path):
+    reranker, _, train = fitted(AMVLSTMReranker, tmp_path, epochs=1, attention="qa", interaction="tensor")
+    path = tmp_path / "amvlstm.pt"
+    reranker.save(path)
+    loaded = AMVLSTMReranker.load(path)
+    assert loaded.model_config == reranker.model_config
+    for query_id in list(train.queries)[:4]:
+        docs = [train.docs[h.doc_id] for h in train.candidates[query_id]]
+        assert loaded.score(train.queries[query_id], docs) == reranker.score(train.queries[query_id], docs)
+    with pytest.raises(CheckpointError):
+        MVLSTMReranker.load(path)  # an amvlstm checkpoint is not an mvlstm one
