@@ -391,8 +391,20 @@ def _microblog(years: Iterable[str]) -> Callable[[Path], Dataset]:
     return load
 
 
-def _pairs(folder: str, splits: tuple[str, ...], name: str) -> Callable[[Path], Dataset]:
-    return lambda root: pair_dataset(name, {s: root / folder / s for s in splits}, source=str(root / folder))
+def _pairs(folder: str, splits: tuple[str, ...], name: str, filtered: tuple[str, ...] = ()) -> Callable[[Path], Dataset]:
+    """Pair folders as splits; each split named in ``filtered`` also gets ``<split>-filtered``: its questions
+    with at least one positive and one negative candidate (the usual WikiQA test set of 237 questions)."""
+
+    def load(root: Path) -> Dataset:
+        dataset = pair_dataset(name, {s: root / folder / s for s in splits}, source=str(root / folder))
+        labels: dict[str, set[int]] = {}
+        for qrel in dataset.qrels:
+            labels.setdefault(qrel.query_id, set()).add(int(qrel.relevance > 0))
+        for split in filtered:
+            dataset.splits[f"{split}-filtered"] = [q for q in dataset.splits[split] if labels.get(q) == {0, 1}]
+        return dataset
+
+    return load
 
 
 def _dl(year: str) -> Callable[[Path], Dataset]:
@@ -433,7 +445,7 @@ def _vaswani(root: Path) -> Dataset:
 BUILTIN_DATASETS: dict[str, Callable[[Path], Dataset]] = {
     "microblog": _microblog(MICROBLOG_YEARS),
     **{f"microblog-{year}": _microblog([year]) for year in MICROBLOG_YEARS},
-    "wikiqa": _pairs("wikiqa-castorini", ("train", "dev", "test"), "wikiqa"),
+    "wikiqa": _pairs("wikiqa-castorini", ("train", "dev", "test"), "wikiqa", filtered=("test", "dev")),
     "trecqa": _pairs("trecqa-hcan", ("train", "raw-dev", "raw-test", "clean-dev", "clean-test"), "trecqa"),
     "dl19": _dl("19"),
     "dl20": _dl("20"),

@@ -17,12 +17,14 @@ down where it is made. Summary of the choices:
   encoder windows it is our choice (Keras would centre them), made so every
   level's phrase at i starts at i and the caller's IDF lookup is uniform.
 * RM softmax axis. Eq. 1's text normalises each query phrase's scores over
-  the context, and that is the default (``rm_softmax_over="context"``). Note
-  that the Mean feature is then identically ``1/m`` (m = real document
-  length), so it only carries ``idf/m``. The released code instead
-  normalises over the query axis for each context position
-  (``rm_softmax_over="query"``), which keeps Mean informative about how many
-  context phrases a query phrase matches.
+  the context (``rm_softmax_over="context"``). Then the Mean feature is
+  identically ``1/m`` (m = real document length), and Max is near 1 whether
+  or not the phrase occurs (the softmax always crowns some best match) while a
+  phrase occurring three times gets Max 1/3: measured on Microblog 2013 (RM
+  only, seed 42), this gives MAP .118. The released code normalises over the
+  query axis for each context position (``rm_softmax_over="query"``), which
+  keeps both features informative: MAP .156 in the same setting. The default
+  is therefore ``"query"``: the authors' results come from that code.
 * IDF weights are applied at every level (the released code applies them to
   levels 0-1 only; the paper says the weights change with the layer).
 * Co-attention (Sec. 2.3): ``softmax_col`` normalises over the query axis
@@ -117,7 +119,7 @@ class HCANConfig:
     hidden_dim: int = 150
     dropout: float = 0.1
     max_query_len: int = 20
-    rm_softmax_over: str = "context"
+    rm_softmax_over: str = "query"
     sm_pooling: str = "last"
 
     def __post_init__(self) -> None:
