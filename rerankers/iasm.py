@@ -49,7 +49,7 @@ import torch
 import torch.nn as nn
 
 from rerankers.blocks import build_embedding, cosine_matrix, interaction_mask, masked_fill_padding
-from rerankers.neural import TextConfig, WordReranker
+from rerankers.neural import WordReranker
 
 if TYPE_CHECKING:
     from pipeline.training import RankingData
@@ -356,9 +356,8 @@ class IASMReranker(WordReranker):
     model_config_class: ClassVar[type] = IASMConfig
     train_defaults: ClassVar[dict] = _TRAIN_DEFAULTS
 
-    def __init__(self, model_config=None, text_config: TextConfig | None = None, train_config=None, seed: int = 42):
-        # Frozen word vectors, as in the released code; a checkpoint or --set can differ.
-        super().__init__(model_config, text_config or TextConfig(freeze_embeddings=True), train_config, seed)
+    # frozen word vectors, as the authors trained; a checkpoint or --set freeze_embeddings=false can differ
+    text_defaults: ClassVar[dict] = {"freeze_embeddings": True}
 
     def build_module(self, embedding_weights: torch.Tensor) -> IASMModel:
         """:class:`IASMModel` over ``embedding_weights`` ``[V, k]``."""

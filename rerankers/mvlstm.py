@@ -54,7 +54,7 @@ from rerankers.blocks import (
     masked_fill_padding,
     masked_softmax,
 )
-from rerankers.neural import TextConfig, WordReranker
+from rerankers.neural import WordReranker
 
 __all__ = [
     "ATTENTION_SIDES",
@@ -271,9 +271,8 @@ class MVLSTMReranker(WordReranker):
     model_config_class: ClassVar[type] = MVLSTMConfig
     train_defaults: ClassVar[dict] = _TRAIN_DEFAULTS
 
-    def __init__(self, model_config=None, text_config: TextConfig | None = None, train_config=None, seed: int = 42):
-        # The authors trained with frozen word vectors (train_embed: false); a checkpoint or --set can differ.
-        super().__init__(model_config, text_config or TextConfig(freeze_embeddings=True), train_config, seed)
+    # frozen word vectors, as the authors trained; a checkpoint or --set freeze_embeddings=false can differ
+    text_defaults: ClassVar[dict] = {"freeze_embeddings": True}
 
     def build_module(self, embedding_weights: torch.Tensor) -> MVLSTMModel:
         """:class:`MVLSTMModel` over ``embedding_weights`` ``[V, E]``."""

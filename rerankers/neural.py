@@ -51,14 +51,15 @@ class WordReranker:
     phrase_lengths: ClassVar[tuple[int, ...]] = (1,)
     #: pad queries to ``max_query_length`` always (models whose layers have fixed query slots)
     fixed_query_length: ClassVar[bool] = False
-    #: default training options for this model (overridable with --set)
+    #: default training and text options for this model (overridable with --set)
     train_defaults: ClassVar[Mapping[str, Any]] = {}
+    text_defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, model_config=None, text_config: TextConfig | None = None, train_config=None, seed: int = 42):
         from pipeline.training import TrainConfig
 
         self.model_config = model_config if model_config is not None else self.model_config_class()
-        self.text_config = text_config or TextConfig()
+        self.text_config = text_config or TextConfig(**self.text_defaults)
         if train_config is None:
             train_config = TrainConfig()
             for key, value in self.train_defaults.items():
