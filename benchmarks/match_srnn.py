@@ -1,24 +1,27 @@
-"""Match-SRNN / Bi-Match-SRNN benchmark: effectiveness on answer selection (the paper's QA task, Sec. 6.1),
-the LCS simulation of Sec. 5.2, and speed.
+"""Match-SRNN benchmarks specific to the model: the LCS simulation of Sec. 5.2, and how speed grows with
+text length.
 
-    python benchmarks/match_srnn.py [--sections qa lcs speed] [--datasets wikiqa] [--seeds 1 2 3]
-                                    [--set name=value ...] [--threads 1] [--output FILE.md]
+    python benchmarks/match_srnn.py [--sections lcs speed] [--seed 1] [--threads 1] [--output FILE.md]
 
-Prints Markdown tables (the rows for BENCHMARKS.md).
+Prints Markdown tables (the rows for BENCHMARKS.md). Effectiveness on answer selection (the paper's QA
+task) comes from the project's common harness, like the other re-rankers::
 
-* ``qa``: train on each dataset's ``train`` split, stop early on ``dev`` (MAP), and re-rank the shipped
-  candidates of ``test``. The reranker defaults apply (hinge loss, 4 negatives, Adam lr 1e-3, 10 epochs,
-  GloVe 6B 50d), plus any ``--set`` options. One row per model and seed, then the mean and standard
-  deviation over seeds. The first row is the shipped candidate order.
+    python benchmarks/reproduce.py --dataset wikiqa --split test-filtered --reranker match-srnn \\
+        --reranker bi-match-srnn --variant : --variant frozen:freeze_embeddings=true --seeds 1 2 3 \\
+        --metrics "AP RR nDCG@3 nDCG@5 P@1" --threads 1 --output benchmarks/results/match_srnn_wikiqa.md
+
 * ``lcs``: Sec. 5.2. Random pairs of strings over the letters A-J (10,000 train, 1,000 test, lengths 3-10).
-  Match-SRNN is trained with the squared loss (eq. 6) to predict the normalised LCS length
-  ``c[m, n] / min(m, n)``. Words are frozen one-hot vectors, so the tensor network can learn the exact-match
-  indicator of Sec. 5.1. The table gives test RMSE against predicting the training mean, how often
-  ``round(prediction * min(m, n))`` is the exact LCS length and, for ``d = 1`` (Figure 4), how closely the
-  states ``h_ij`` of all prefixes follow ``c[i, j]`` (Pearson r).
+  Match-SRNN (c = 10 tensor channels; states of size 1, as in Figure 4, and 10) is trained with the
+  squared loss (eq. 6) for 12 epochs (Adam, lr 1e-2) to predict the normalised LCS length
+  ``c[m, n] / min(m, n)``. The paper does not say how it normalised. Words are frozen one-hot vectors,
+  so the tensor network can learn the exact-match indicator of Sec. 5.1. The table gives the test RMSE
+  against that of predicting the training mean, and how often ``round(prediction * min(m, n))`` is the
+  exact LCS length. For states of size 1 it also gives how closely the states ``h_ij`` of all prefixes
+  follow ``c[i, j]`` (Pearson r, as in Figure 4b).
 * ``speed``: one training step (forward and backward) and scoring, with batches of 128 pairs of random
   ids (16 query tokens, 16-128 document tokens). The spatial GRU loops over the ``M + N - 1``
-  anti-diagonals, so time grows with ``M + N`` steps of ``M`` cells each.
+  anti-diagonals, so time grows with ``M + N`` steps of ``M`` cells each. ``benchmarks/reranker_speed.py``
+  compares all re-rankers on real Microblog candidates.
 
 Torch runs on ``--threads`` intra-op threads (default 1). The spatial GRU runs many small ops per
 anti-diagonal, and on a shared 2-core machine a second thread made them about 10x slower.
@@ -38,53 +41,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm, whic
 
 import torch  # noqa: E402
 
-from pipeline.datasets import load_dataset  # noqa: E402
-from pipeline.evaluate import evaluate  # noqa: E402
-from pipeline.training import RankingData, make_protocol, parse_overrides, rerank_candidates  # noqa: E402
-from rerankers.match_srnn import BiMatchSRNNReranker, MatchSRNNConfig, MatchSRNNModel, MatchSRNNReranker  # noqa: E402
-
-QA_METRICS = ("AP", "RR", "P@1")
-MODELS = (MatchSRNNReranker, BiMatchSRNNReranker)
-
-
-# ----------------------------------------------------------------------------------------------- QA
-
-
-def qa_rows(names: list[str], seeds: list[int], options: dict) -> list[str]:
-    rows = ["| dataset | model | seed | MAP | MRR | P@1 | best epoch / run | train time (s) |",
-            "|---|---|---|---|---|---|---|---|"]
-    for name in names:
-        dataset = load_dataset(name)
-        fold = make_protocol(dataset, None, seeds[0])[0]
-        candidates = dataset.first_stage
-        test_ids = set(fold.test)
-        qrels = [q for q in dataset.qrels if q.query_id in test_ids]
-        shipped = {q: hits for q, hits in candidates.items() if q in test_ids}
-        result = evaluate(shipped, qrels, " ".join(QA_METRICS)).aggregate
-        rows.append(f"| {name} ({fold.name}, {len(test_ids)} q) | shipped candidate order | - | "
-                    + " | ".join(f"{result[m]:.4f}" for m in QA_METRICS) + " | - | - |")
-        train = RankingData.from_dataset(dataset, fold.train, candidates)
-        dev = RankingData.from_dataset(dataset, fold.dev, candidates)
-        test = RankingData.from_dataset(dataset, fold.test, candidates)
-        for cls in MODELS:
-            per_seed = []
-            for seed in seeds:
-                reranker = cls.from_options(options, seed=seed)
-                started = time.perf_counter()
-                reranker.prepare(train, dataset)
-                report = reranker.fit(train, dev)
-                seconds = time.perf_counter() - started
-                result = evaluate(rerank_candidates(reranker, test), qrels, " ".join(QA_METRICS)).aggregate
-                per_seed.append(result)
-                rows.append(f"| {name} | {cls.name} | {seed} | " + " | ".join(f"{result[m]:.4f}" for m in QA_METRICS)
-                            + f" | {report.best_epoch} / {len(report.epochs)} | {seconds:.0f} |")
-                print(rows[-1], file=sys.stderr, flush=True)
-            if len(per_seed) > 1:
-                values = {m: [r[m] for r in per_seed] for m in QA_METRICS}
-                cells = [f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f}" for v in values.values()]
-                rows.append(f"| {name} | **{cls.name}** | mean ± sd ({len(per_seed)}) | "
-                            + " | ".join(cells) + " | | |")
-    return rows
+from rerankers.match_srnn import MatchSRNNConfig, MatchSRNNModel  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------- LCS
@@ -211,28 +168,20 @@ def speed_rows(doc_lengths: list[int], query_length: int = 16, batch: int = 128,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", nargs="+", default=["qa", "lcs", "speed"], choices=["qa", "lcs", "speed"])
-    parser.add_argument("--datasets", nargs="+", default=["wikiqa"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="re-ranker option for the qa section (repeatable)")
+    parser.add_argument("--sections", nargs="+", default=["lcs", "speed"], choices=["lcs", "speed"])
+    parser.add_argument("--seed", type=int, default=1, help="seed of the LCS data and model")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (see the module docstring)")
     parser.add_argument("--output", help="also write the tables to this Markdown file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    options = parse_overrides(args.set)
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     machine = (f"{platform.machine()}, {os.cpu_count()} cores (shared; load average at start {load}), "
                f"torch {torch.__version__} on {args.threads} thread(s)")
     sections = [f"# Match-SRNN ({time.strftime('%Y-%m-%d')}, {machine})",
                 "Command: `python benchmarks/match_srnn.py " + " ".join(sys.argv[1:]) + "`"]
-    if "qa" in args.sections:
-        defaults = ", ".join(f"{k}={v}" for k, v in MatchSRNNReranker.train_defaults.items())
-        sections += [f"## Answer selection: re-ranking the shipped candidates (defaults: {defaults}; "
-                     f"options: {options or 'none'})", *qa_rows(args.datasets, args.seeds, options)]
     if "lcs" in args.sections:
         sections += ["## LCS simulation (Sec. 5.2): 10,000 / 1,000 random pairs over A-J, lengths 3-10, squared loss",
-                     *lcs_rows([1, 10], args.seeds[0])]
+                     *lcs_rows([1, 10], args.seed)]
     if "speed" in args.sections:
         sections += ["## Speed (random ids, batch 128, d = c = 10, E = 50)", *speed_rows([16, 32, 64, 128])]
     text = "\n".join(sections)

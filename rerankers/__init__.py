@@ -55,6 +55,8 @@ REGISTRY: dict[str, str | None] = {
     "amvlstm": "rerankers.mvlstm:AMVLSTMReranker",
     "iasm": "rerankers.iasm:IASMReranker",
     "iasm-static": "rerankers.iasm:IASMStaticReranker",
+    "match-srnn": "rerankers.match_srnn:MatchSRNNReranker",
+    "bi-match-srnn": "rerankers.match_srnn:BiMatchSRNNReranker",
 }
 
 
