@@ -60,6 +60,7 @@ __all__ = [
     "MatchSRNNConfig",
     "NeuralTensorNetwork",
     "SpatialGRU",
+    "reference_spatial_gru",
     "MatchSRNNModel",
     "reverse_within_lengths",
     "matching_path",
@@ -238,6 +239,42 @@ class SpatialGRU(nn.Module):
         if not return_gates:
             return grid
         return grid, torch.stack(gates, 1)[:, grid_diagonals, grid_rows]
+
+
+def reference_spatial_gru(gru: SpatialGRU, s: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 written literally, one cell at a time: the reference that :class:`SpatialGRU` is checked against.
+
+    This is the plain double loop over ``i = 1..M``, ``j = 1..N`` with ``h`` 1-based and zero borders
+    (``h_{0,j} = h_{i,0} = 0``), using ``gru``'s parameters exactly as laid out there. It is deliberately
+    slow (``M * N`` sequential steps of small ops) and exists for tests (``tests/test_match_srnn.py``) and
+    for the wavefront speed benchmark (``benchmarks/match_srnn_wavefront.py``); the model never calls it.
+    States are kept in a Python grid, not written in place into one tensor, so autograd works through it
+    without copying the whole grid at every cell.
+
+    Args:
+        gru: the spatial GRU whose weights to use.
+        s: ``[..., M, N, C]`` interaction vectors. Leading dimensions (e.g. a batch) are carried along,
+            so one call loops over the cells once for all pairs; a single pair is ``[M, N, C]``.
+
+    Returns:
+        ``[..., M, N, d]``: ``h_ij`` for ``i, j >= 1``, as :meth:`SpatialGRU.forward` returns them.
+    """
+    d = gru.hidden_dim
+    rows, cols = s.shape[-3], s.shape[-2]
+    zero = s.new_zeros(*s.shape[:-3], d)
+    h = [[zero] * (cols + 1) for _ in range(rows + 1)]
+    for i in range(1, rows + 1):
+        for j in range(1, cols + 1):
+            top, left, diag, s_ij = h[i - 1][j], h[i][j - 1], h[i - 1][j - 1], s[..., i - 1, j - 1, :]
+            q = torch.cat([top, left, diag, s_ij], -1)
+            logits = q @ gru.gates.weight.T + gru.gates.bias
+            r_l, r_t, r_d = torch.sigmoid(logits[..., : 3 * d]).split(d, -1)
+            update = torch.softmax(logits[..., 3 * d :].unflatten(-1, (4, d)), dim=-2)  # SoftmaxByRow
+            z_i, z_l, z_t, z_d = update.unbind(-2)
+            reset_states = torch.cat([r_l * left, r_t * top, r_d * diag], -1)
+            candidate = torch.tanh(gru.candidate_input(s_ij) + reset_states @ gru.candidate_hidden.weight.T)
+            h[i][j] = z_l * left + z_t * top + z_d * diag + z_i * candidate
+    return torch.stack([torch.stack(row[1:], -2) for row in h[1:]], -3)
 
 
 def matching_path(gates: torch.Tensor, rows: int, cols: int, dimension: int | None = None) -> list[tuple[int, int]]:

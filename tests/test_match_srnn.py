@@ -19,6 +19,7 @@ from rerankers.match_srnn import (
     NeuralTensorNetwork,
     SpatialGRU,
     matching_path,
+    reference_spatial_gru,
     reverse_within_lengths,
 )
 from rerankers.neural import TextConfig
@@ -76,24 +77,6 @@ def random_pairs(num, seed, max_q=6, max_d=12):
 # ----------------------------------------------------------------------------------- spatial GRU
 
 
-def reference_spatial_gru(gru: SpatialGRU, s: torch.Tensor) -> torch.Tensor:
-    """Eq. 3 written literally, one cell at a time, for one pair ``s [M, N, C]`` (1-based h, zero borders)."""
-    d = gru.hidden_dim
-    rows, cols, _ = s.shape
-    h = s.new_zeros(rows + 1, cols + 1, d)
-    for i in range(1, rows + 1):
-        for j in range(1, cols + 1):
-            top, left, diag = h[i - 1, j], h[i, j - 1], h[i - 1, j - 1]
-            q = torch.cat([top, left, diag, s[i - 1, j - 1]])
-            logits = gru.gates.weight @ q + gru.gates.bias
-            r_l, r_t, r_d = torch.sigmoid(logits[: 3 * d]).split(d)
-            z_i, z_l, z_t, z_d = torch.softmax(logits[3 * d :].view(4, d), dim=0)  # SoftmaxByRow
-            reset_states = torch.cat([r_l * left, r_t * top, r_d * diag])
-            candidate = torch.tanh(gru.candidate_input(s[i - 1, j - 1]) + gru.candidate_hidden.weight @ reset_states)
-            h[i, j] = z_l * left + z_t * top + z_d * diag + z_i * candidate
-    return h[1:, 1:]
-
-
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 5), (4, 1), (3, 7), (6, 4), (5, 5)])
 def test_spatial_gru_equals_eq3_cell_by_cell(rows, cols):
     torch.manual_seed(rows * 10 + cols)
@@ -105,6 +88,8 @@ def test_spatial_gru_equals_eq3_cell_by_cell(rows, cols):
     assert states.shape == (2, rows, cols, 4) and gates.shape == (2, rows, cols, 4, 4)
     for pair in range(2):
         torch.testing.assert_close(states[pair], reference_spatial_gru(gru, s[pair]), atol=1e-10, rtol=1e-10)
+    # the reference carries leading (batch) dimensions along: one loop over the cells for both pairs
+    torch.testing.assert_close(states, reference_spatial_gru(gru, s), atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(gates.sum(-2), torch.ones(2, rows, cols, 4, dtype=torch.float64))
 
 
