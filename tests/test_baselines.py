@@ -25,6 +25,7 @@ from rerankers.baselines import (
 )
 from rerankers.blocks import cosine_matrix, gaussian_kernel_pooling, masked_dynamic_max_pool2d, matching_histogram
 from rerankers.neural import WordReranker
+from tests.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 VOCAB, EMBED = 40, 12
 
@@ -35,16 +36,6 @@ TARGETS = {
     "drmm": "rerankers.baselines:DRMMReranker",
     "matchpyramid": "rerankers.baselines:MatchPyramidReranker",
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    # The test machine's 2 cores are shared: two OpenMP threads per process then spin against each
-    # other and small ops run ~100x slower. One thread keeps this module well under its time budget.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 # --------------------------------------------------------------------------------------- helpers

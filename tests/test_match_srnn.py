@@ -2,6 +2,7 @@
 bidirectional scan, learning, and the re-ranker's train/score/save/load cycle."""
 
 import itertools
+from functools import partial
 
 import pytest
 import torch
@@ -23,19 +24,12 @@ from rerankers.match_srnn import (
     reverse_within_lengths,
 )
 from rerankers.neural import TextConfig
+from tests import helpers
+from tests.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 VOCAB, EMBED = 40, 8
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread():
-    """The spatial GRU runs many tiny ops per anti-diagonal; on a shared 2-core machine torch's second
-    intra-op thread makes them ~10x slower (the threads spin waiting for each other), so this module
-    runs on one and restores the setting afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pad_batch = partial(helpers.pad_batch, vocab=VOCAB)
+random_pairs = partial(helpers.random_pairs, vocab=VOCAB)
 
 
 def small_config(**overrides):
@@ -47,31 +41,6 @@ def small_config(**overrides):
 def make_model(bidirectional=False, seed=0, **overrides):
     torch.manual_seed(seed)
     return MatchSRNNModel(small_config(**overrides), torch.randn(VOCAB, EMBED), bidirectional=bidirectional)
-
-
-def pad_batch(queries, docs, extra_q=0, extra_d=0, garbage=True):
-    """Right-pad pairs of id lists; padding gets random ids when ``garbage`` (the mask alone marks it)."""
-    lq, ld, b = max(map(len, queries)) + extra_q, max(map(len, docs)) + extra_d, len(queries)
-    if garbage:
-        q_ids, d_ids = torch.randint(2, VOCAB, (b, lq)), torch.randint(2, VOCAB, (b, ld))
-    else:
-        q_ids, d_ids = torch.zeros(b, lq, dtype=torch.long), torch.zeros(b, ld, dtype=torch.long)
-    q_mask, d_mask = torch.zeros(b, lq, dtype=torch.bool), torch.zeros(b, ld, dtype=torch.bool)
-    for row, (q, d) in enumerate(zip(queries, docs)):
-        q_ids[row, : len(q)], q_mask[row, : len(q)] = torch.tensor(q), True
-        d_ids[row, : len(d)], d_mask[row, : len(d)] = torch.tensor(d), True
-    return q_ids, q_mask, d_ids, d_mask
-
-
-def random_pairs(num, seed, max_q=6, max_d=12):
-    gen = torch.Generator().manual_seed(seed)
-    queries, docs = [], []
-    for _ in range(num):
-        lq = int(torch.randint(1, max_q + 1, (1,), generator=gen))
-        ld = int(torch.randint(1, max_d + 1, (1,), generator=gen))
-        queries.append(torch.randint(2, VOCAB, (lq,), generator=gen).tolist())
-        docs.append(torch.randint(2, VOCAB, (ld,), generator=gen).tolist())
-    return queries, docs
 
 
 # ----------------------------------------------------------------------------------- spatial GRU

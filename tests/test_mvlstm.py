@@ -1,16 +1,13 @@
 """Tests for rerankers.mvlstm: MV-LSTM (eq. 1-3) and aMV-LSTM's attention gates (eq. 4)."""
 
 import itertools
-import random
+from functools import partial
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.datasets import Dataset
 from pipeline.errors import CheckpointError
-from pipeline.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.training import RankingData
 from rerankers.mvlstm import (
     AMVLSTMConfig,
     AMVLSTMReranker,
@@ -19,20 +16,14 @@ from rerankers.mvlstm import (
     MVLSTMModel,
     MVLSTMReranker,
 )
+from tests import helpers
+from tests.helpers import fit_on_tiny_dataset, one_torch_thread  # noqa: F401 (autouse fixture)
 
 VOCAB, EMBED = 40, 10
 SIDES = ["none", "q", "a", "qa"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a shared 2-core machine OpenMP's spinning
-    threads make these tests ~10x slower; the previous setting is restored for other modules."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 INTERACTIONS = ["cosine", "bilinear", "tensor"]
+pad_batch = partial(helpers.pad_batch, vocab=VOCAB)
+random_pairs = partial(helpers.random_pairs, vocab=VOCAB)
 
 
 def small_config(**overrides):
@@ -44,29 +35,6 @@ def small_config(**overrides):
 def make_model(config, seed=0):
     torch.manual_seed(seed)
     return MVLSTMModel(config, torch.randn(VOCAB, EMBED))
-
-
-def pad_batch(queries, docs, extra_q=0, extra_d=0):
-    """Right-pad pairs; padding positions get random (non-zero) ids, which the masks must hide."""
-    lq = max(len(q) for q in queries) + extra_q
-    ld = max(len(d) for d in docs) + extra_d
-    q_ids, d_ids = torch.randint(2, VOCAB, (len(queries), lq)), torch.randint(2, VOCAB, (len(docs), ld))
-    q_mask, d_mask = torch.zeros(len(queries), lq, dtype=torch.bool), torch.zeros(len(docs), ld, dtype=torch.bool)
-    for row, (q, d) in enumerate(zip(queries, docs)):
-        q_ids[row, : len(q)], q_mask[row, : len(q)] = torch.tensor(q), True
-        d_ids[row, : len(d)], d_mask[row, : len(d)] = torch.tensor(d), True
-    return q_ids, q_mask, d_ids, d_mask
-
-
-def random_pairs(num, seed, max_q=6, max_d=12):
-    gen = torch.Generator().manual_seed(seed)
-    queries, docs = [], []
-    for _ in range(num):
-        lq = int(torch.randint(1, max_q + 1, (1,), generator=gen))
-        ld = int(torch.randint(1, max_d + 1, (1,), generator=gen))
-        queries.append(torch.randint(2, VOCAB, (lq,), generator=gen).tolist())
-        docs.append(torch.randint(2, VOCAB, (ld,), generator=gen).tolist())
-    return queries, docs
 
 
 # ------------------------------------------------------------------------------------------ module
@@ -196,44 +164,10 @@ def test_config_validation_and_defaults():
 WORDS = [f"w{i}" for i in range(40)]
 
 
-def tiny_dataset(seed=0, num_queries=16):
-    """Queries of 3 words; per query one relevant answer sharing 2 of them and 3 answers sharing none."""
-    rng = random.Random(seed)
-    queries, docs, qrels, run = {}, {}, [], {}
-    for number in range(num_queries):
-        qid = f"q{number}"
-        words = rng.sample(WORDS, 3)
-        others = [w for w in WORDS if w not in words]
-        queries[qid] = Query(qid, " ".join(words))
-        texts = [rng.sample(words, 2) + rng.sample(others, 4)] + [rng.sample(others, 6) for _ in range(3)]
-        for rank, tokens in enumerate(texts):
-            rng.shuffle(tokens)
-            doc_id = f"{qid}-d{rank}"
-            docs[doc_id] = Doc(doc_id, " ".join(tokens))
-            qrels.append(Qrel(qid, doc_id, 1 if rank == 0 else 0))
-        order = rng.sample(range(4), 4)
-        run[qid] = [ScoredDoc(qid, f"{qid}-d{r}", -float(i)) for i, r in enumerate(order)]
-    splits = {"train": list(queries)}
-    return Dataset("tiny", queries, qrels, lambda: docs.values(), "tiny", splits, run, _store=docs)
-
-
-def write_vectors(path, dim=12, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    lines = [w + " " + " ".join(f"{v:.5f}" for v in torch.randn(dim, generator=gen).tolist()) for w in WORDS]
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 def fitted(cls, tmp_path, **options):
-    dataset = tiny_dataset()
-    train = RankingData.from_dataset(dataset, dataset.splits["train"], dataset.first_stage)
-    settings = dict(embeddings=write_vectors(tmp_path / "vectors.txt"), hidden_size=8, top_k=10, dropout=0.0,
-                    epochs=3, learning_rate=0.01, batch_size=16, negatives=3, device="cpu")
-    settings.update(options)
-    reranker = cls.from_options(settings, seed=3)
-    reranker.prepare(train, dataset)
-    report = reranker.fit(train)
-    return reranker, report, train
+    settings = dict(hidden_size=8, top_k=10, dropout=0.0, epochs=3, learning_rate=0.01, batch_size=16, negatives=3,
+                    device="cpu")
+    return fit_on_tiny_dataset(cls, tmp_path, WORDS, settings, **options)
 
 
 @pytest.mark.parametrize("cls", [MVLSTMReranker, AMVLSTMReranker])

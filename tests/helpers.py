@@ -1,0 +1,107 @@
+"""Helpers shared by the re-ranker test modules (test_iasm, test_mvlstm, test_match_srnn, test_baselines).
+
+Each module keeps its own constants (``VOCAB``, ``WORDS``, model settings) and passes them in explicitly,
+typically by binding them once with :func:`functools.partial` at the top of the module.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from pipeline.datasets import Dataset
+from pipeline.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.training import RankingData
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Run the importing module on one torch intra-op thread, restoring the previous setting afterwards.
+
+    Tiny tensors gain nothing from intra-op threads, and on a shared 2-core machine OpenMP's spinning
+    threads make these tests ~10x slower. Import this fixture into a test module to make it autouse there.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def pad_batch(queries, docs, extra_q=0, extra_d=0, garbage=True, *, vocab):
+    """Right-pad pairs of id lists into ``(q_ids, q_mask, d_ids, d_mask)``.
+
+    The padded width is the longest query/doc plus ``extra_q``/``extra_d``. With ``garbage`` the padding
+    positions get random ids in ``[2, vocab)`` (the masks alone must hide them); otherwise they are 0.
+    """
+    lq, ld, b = max(map(len, queries)) + extra_q, max(map(len, docs)) + extra_d, len(queries)
+    if garbage:
+        q_ids, d_ids = torch.randint(2, vocab, (b, lq)), torch.randint(2, vocab, (b, ld))
+    else:
+        q_ids, d_ids = torch.zeros(b, lq, dtype=torch.long), torch.zeros(b, ld, dtype=torch.long)
+    q_mask, d_mask = torch.zeros(b, lq, dtype=torch.bool), torch.zeros(b, ld, dtype=torch.bool)
+    for row, (q, d) in enumerate(zip(queries, docs)):
+        q_ids[row, : len(q)], q_mask[row, : len(q)] = torch.tensor(q), True
+        d_ids[row, : len(d)], d_mask[row, : len(d)] = torch.tensor(d), True
+    return q_ids, q_mask, d_ids, d_mask
+
+
+def random_pairs(num, seed, max_q=6, max_d=12, *, vocab):
+    """``num`` seeded random (query, doc) id lists of lengths 1..``max_q`` / 1..``max_d``, ids in ``[2, vocab)``."""
+    gen = torch.Generator().manual_seed(seed)
+    queries, docs = [], []
+    for _ in range(num):
+        lq = int(torch.randint(1, max_q + 1, (1,), generator=gen))
+        ld = int(torch.randint(1, max_d + 1, (1,), generator=gen))
+        queries.append(torch.randint(2, vocab, (lq,), generator=gen).tolist())
+        docs.append(torch.randint(2, vocab, (ld,), generator=gen).tolist())
+    return queries, docs
+
+
+def tiny_dataset(words, seed=0, num_queries=16):
+    """A synthetic :class:`Dataset` over the vocabulary ``words``, with a first-stage run and one
+    ``train`` split.
+
+    Queries have 3 words; per query one relevant answer shares 2 of them, and 3 answers share none.
+    """
+    rng = random.Random(seed)
+    queries, docs, qrels, run = {}, {}, [], {}
+    for number in range(num_queries):
+        qid = f"q{number}"
+        query_words = rng.sample(words, 3)
+        others = [w for w in words if w not in query_words]
+        queries[qid] = Query(qid, " ".join(query_words))
+        texts = [rng.sample(query_words, 2) + rng.sample(others, 4)] + [rng.sample(others, 6) for _ in range(3)]
+        for rank, tokens in enumerate(texts):
+            rng.shuffle(tokens)
+            doc_id = f"{qid}-d{rank}"
+            docs[doc_id] = Doc(doc_id, " ".join(tokens))
+            qrels.append(Qrel(qid, doc_id, 1 if rank == 0 else 0))
+        order = rng.sample(range(4), 4)
+        run[qid] = [ScoredDoc(qid, f"{qid}-d{r}", -float(i)) for i, r in enumerate(order)]
+    splits = {"train": list(queries)}
+    return Dataset("tiny", queries, qrels, lambda: docs.values(), "tiny", splits, run, _store=docs)
+
+
+def write_vectors(path, words, dim=12, seed=0):
+    """Write seeded random ``dim``-dimensional text word vectors for ``words`` to ``path``; return it as a str."""
+    gen = torch.Generator().manual_seed(seed)
+    lines = [w + " " + " ".join(f"{v:.5f}" for v in torch.randn(dim, generator=gen).tolist()) for w in words]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def fit_on_tiny_dataset(cls, tmp_path, words, settings, **options):
+    """Train ``cls`` (a re-ranker class) on :func:`tiny_dataset` with random vectors for ``words``.
+
+    ``settings`` are the module's default options (after the embeddings file), ``options`` override them.
+    Returns ``(reranker, report, train)``.
+    """
+    dataset = tiny_dataset(words)
+    train = RankingData.from_dataset(dataset, dataset.splits["train"], dataset.first_stage)
+    merged = dict(embeddings=write_vectors(tmp_path / "vectors.txt", words), **settings)
+    merged.update(options)
+    reranker = cls.from_options(merged, seed=3)
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train)
+    return reranker, report, train
