@@ -58,7 +58,7 @@ def measure(name: str, dataset, query, docs, train: RankingData, repeats: int) -
 
     pairs = sum(len(u[1]) for u in units)
     train_seconds = median_time(train_pass, max(1, repeats // 2))
-    return {"model": name, "rerank_1000_s": rerank_seconds, "score_pairs_s": len(docs) / rerank_seconds,
+    return {"model": name, "rerank_1000_s": rerank_seconds * 1000 / len(docs), "score_pairs_s": len(docs) / rerank_seconds,
             "train_pairs_s": pairs / train_seconds,
             "parameters": sum(p.numel() for p in reranker.module.parameters())}
 
@@ -83,7 +83,7 @@ def main() -> None:
     rows = [measure(name, dataset, dataset.queries[query_id], docs, train, args.repeats) for name in args.models]
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads"
     lines = [f"# Re-ranker speed ({time.strftime('%Y-%m-%d')}, {machine}; query {query_id}, {len(docs)} candidates)",
-             "| model | parameters | re-rank 1,000 candidates (s) | scoring pairs/s | training pairs/s |",
+             "| model | parameters | re-rank time per 1,000 candidates (s) | scoring pairs/s | training pairs/s |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['parameters']:,} | {r['rerank_1000_s']:.2f} | {r['score_pairs_s']:.0f} | "
               f"{r['train_pairs_s']:.0f} |" for r in rows]
