@@ -324,3 +324,21 @@ def test_pipeline_run_trains_caches_and_is_deterministic(tiny_dir, tmp_path):
     lines = files[0].decode().splitlines()
     assert {line.split()[0] for line in lines} == {"test/q0", "test/q1"}  # only the test split is re-ranked
     assert "| tinypairs" in outputs[0].stdout and "(baseline)" in outputs[0].stdout
+
+
+def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_path):
+    import os
+
+    settings = [f"--set={k}={v}" for k, v in {**TINY, "epochs": 1}.items()]
+    env = {**os.environ, "PIPELINE_MODEL_DIR": str(tmp_path / "models"), "TQDM_DISABLE": "1"}
+    common = ["--dataset", str(tiny_dir), "--reranker", "hcan", *settings]
+    trained = subprocess.run([sys.executable, "-m", "pipeline.train", *common], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert "test: " in trained.stdout and "dev " in trained.stdout
+    again = subprocess.run([sys.executable, "-m", "pipeline.train", *common], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert "cached" in again.stdout
+    ran = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "runs")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and "loaded" in ran.stderr and "training hcan" not in ran.stderr
