@@ -102,10 +102,9 @@ def main() -> None:
     text = "\n".join(sections)
     print(text)
     if args.output:
-        from pipeline.atomic import atomic_write
+        from pipeline.atomic import write_text
 
-        with atomic_write(args.output) as handle:
-            handle.write(text + "\n")
+        write_text(args.output, text + "\n")
 
 
 if __name__ == "__main__":

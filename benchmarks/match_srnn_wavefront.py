@@ -125,10 +125,9 @@ def main() -> None:
                      f"{rows * cols / (rows + cols - 1):.1f}x | {pair_cells} |")
         print(lines[-1], flush=True)
     if args.output:
-        from pipeline.atomic import atomic_write
+        from pipeline.atomic import write_text
 
-        with atomic_write(args.output) as handle:
-            handle.write("\n".join(lines) + "\n")
+        write_text(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

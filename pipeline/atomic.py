@@ -79,3 +79,10 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`); returns the path."""
+    with atomic_write(path) as handle:
+        handle.write(text)
+    return Path(path)
