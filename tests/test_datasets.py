@@ -385,6 +385,7 @@ REAL_COUNTS = {
     "nfcorpus": (323, {}, 12334, 3162, None, None),
     "nfcorpus-dev": (324, {}, 11385, 3193, None, None),
     "vaswani-npl": (93, {}, 2083, 11429, None, None),
+    "nfcorpus-titles": (3366, {"train": 2692, "dev": 336, "test": 338}, 3366, 3366, None, None),
 }
 
 
@@ -454,3 +455,29 @@ def test_data_root_follows_the_environment(tmp_path, monkeypatch):
     assert datasets.mirror_dir() == tmp_path / "m" and datasets.mirror_dir("/x") == Path("/x")
     monkeypatch.delenv("PIPELINE_MIRROR")
     assert datasets.mirror_dir() == tmp_path
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("statin breast cancer survival abstract " + "word " * 25, ("statin breast cancer survival", ("word " * 25).strip())),
+    ("statin diagnosis pubmed ncbi abstract background " + "w " * 30, ("statin diagnosis", "background" + " w" * 30)),
+    ("no marker here " + "w " * 30, None),                   # no "abstract" token
+    ("abstract " + "w " * 30, None),                          # empty title
+    ("pubmed ncbi abstract " + "w " * 30, None),              # title is only the PubMed suffix
+    ("a title abstract too short", None),                    # abstract under 20 words
+])
+def test_split_title(text, expected):
+    assert datasets.split_title(text) == expected
+
+
+@pytest.mark.slow
+def test_nfcorpus_titles_pairs_each_title_with_its_own_abstract(data_root):
+    dataset = load_dataset("nfcorpus-titles")
+    store = dataset.doc_store()
+    splits = dataset.splits
+    assert not set(splits["train"]) & set(splits["test"]) and not set(splits["dev"]) & set(splits["test"])
+    assert sorted(splits["train"] + splits["dev"] + splits["test"]) == sorted(dataset.queries)
+    assert all(q.query_id == q.doc_id and q.relevance == 1 for q in dataset.qrels)
+    title, abstract = dataset.queries["MED-10"].text, store["MED-10"].text
+    assert title == "statin breast cancer survival nationwide cohort study finland"
+    assert abstract.startswith("recent studies suggested statins") and "abstract" not in abstract.split()[:1]
+    assert load_dataset("nfcorpus-titles").splits == splits  # the partition is fixed
