@@ -107,6 +107,10 @@ class HCANConfig:
             queries must be truncated by the caller.
         rm_softmax_over: ``"context"`` (eq. 1 as written) or ``"query"``
             (released code); see the module docstring.
+        rm_null_logit: add a learned "no match" logit (one per level,
+            initialised at 0) to the RM softmax, so the normalised similarity
+            is measured against an absolute reference as well as against the
+            other phrases; see the module docstring.
         sm_pooling: ``"last"`` (eq. 2: final BiLSTM states, d features) or
             ``"maxmean"`` (released code: max+mean over positions, 2d).
     """
@@ -120,6 +124,7 @@ class HCANConfig:
     dropout: float = 0.1
     max_query_len: int = 20
     rm_softmax_over: str = "query"
+    rm_null_logit: bool = False
     sm_pooling: str = "last"
 
     def __post_init__(self) -> None:
@@ -293,6 +298,7 @@ def relevance_matching_features(
     d_mask: torch.Tensor,
     idf: torch.Tensor,
     softmax_over: str = "context",
+    null_logit: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """IDF-weighted max and mean of the normalised similarity matrix, eq. 1.
 
@@ -309,6 +315,8 @@ def relevance_matching_features(
         d_mask: ``[B, Ld]`` bool.
         idf: ``[B, Lq]`` weights of the query phrases of this level.
         softmax_over: ``"context"`` or ``"query"``.
+        null_logit: optional scalar logit of an extra "no match" entry that
+            takes part in every softmax (and is dropped afterwards).
 
     Returns:
         ``[B, 2, Lq]``: weighted Max then weighted Mean; 0 at query padding.
@@ -316,7 +324,16 @@ def relevance_matching_features(
     cells = interaction_mask(q_mask, d_mask)
     sim = dot_matrix(u_q, u_c)
     norm_dim = 2 if softmax_over == "context" else 1
-    norm_sim = masked_softmax(sim, cells, dim=norm_dim)
+    if null_logit is None:
+        norm_sim = masked_softmax(sim, cells, dim=norm_dim)
+    else:
+        # One extra slot along the normalised axis, always real, holding the null logit.
+        shape = list(sim.shape)
+        shape[norm_dim] = 1
+        null = null_logit.to(sim.dtype).expand(shape)
+        slot_mask = torch.ones(shape, dtype=torch.bool, device=sim.device)
+        extended = masked_softmax(torch.cat([sim, null], norm_dim), torch.cat([cells, slot_mask], norm_dim), norm_dim)
+        norm_sim = extended.narrow(norm_dim, 0, sim.shape[norm_dim]) * cells.to(sim.dtype)
     max_sim = masked_max(norm_sim, cells, dim=2)
     mean_sim = masked_mean(norm_sim, cells, dim=2)
     weights = idf.masked_fill(~q_mask, 0.0)
@@ -437,6 +454,9 @@ class HCANModel(nn.Module):
 
         self.use_rm = config.matching in ("rm", "full")
         self.use_sm = config.matching in ("sm", "full")
+        self.rm_null_logits = (
+            nn.Parameter(torch.zeros(config.num_layers + 1)) if self.use_rm and config.rm_null_logit else None
+        )
         feature_size = 0
         if self.use_rm:
             feature_size += (config.num_layers + 1) * 2 * config.max_query_len
@@ -508,7 +528,8 @@ class HCANModel(nn.Module):
             pad_slots = cfg.max_query_len - query_ids.shape[1]
             for level, (u_q, u_c) in enumerate(zip(q_levels, d_levels)):
                 rm = relevance_matching_features(
-                    u_q, u_c, query_mask, doc_mask, query_idf[:, level].to(u_q.dtype), cfg.rm_softmax_over
+                    u_q, u_c, query_mask, doc_mask, query_idf[:, level].to(u_q.dtype), cfg.rm_softmax_over,
+                    None if self.rm_null_logits is None else self.rm_null_logits[level],
                 )
                 # Fixed-size slots: shorter queries leave zeros, exactly what a
                 # padded query position would have produced.
