@@ -57,6 +57,12 @@ REGISTRY: dict[str, str | None] = {
     "iasm-static": "rerankers.iasm:IASMStaticReranker",
     "match-srnn": "rerankers.match_srnn:MatchSRNNReranker",
     "bi-match-srnn": "rerankers.match_srnn:BiMatchSRNNReranker",
+    "cross-encoder": "rerankers.cross_encoder:CrossEncoderReranker",
+    "addax": "rerankers.addax:AddaxReranker",
+    "addax-no-mags": "rerankers.addax:AddaxNoMAGSReranker",
+    "addax-no-hw": "rerankers.addax:AddaxNoHighwayReranker",
+    "addax-no-hd": "rerankers.addax:AddaxNoHashingReranker",
+    "addax-att-mags": "rerankers.addax:AddaxAttentionMAGSReranker",
 }
 
 

@@ -1,0 +1,459 @@
+"""The base of the transformer re-rankers (ADDAX, the cross-encoder).
+
+A model file subclasses :class:`TransformerReranker` and writes only what is specific to it: its config
+dataclass (``model_config_class``), ``build_module(encoder)`` returning a torch module around a fresh
+pre-trained encoder (:func:`rerankers.encoders.load_encoder`), ``encode(pairs)`` (a batch of tensors) and,
+if scoring is more than ``module(**tensors)``, ``forward(batch)``.
+
+This class does the rest, the same way for both models, and offers what :class:`pipeline.training.Trainer`
+expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward``, ``pair_length``):
+
+* Tokenization with the encoder's own tokenizer (word-piece ids, no special tokens), truncated to
+  ``max_query_length`` / ``max_doc_length`` and cached per query text and per document (bounded LRU).
+  ``prepare(train, dataset)`` therefore needs no vocabulary of the collection; it only loads the encoder
+  and builds a fresh module (seeded: the same seed gives the same heads, so the same scores).
+* Special tokens are added from templates probed once from the tokenizer (``[CLS] a [SEP]``,
+  ``[CLS] a [SEP] b [SEP]`` for BERT, ``<s> a </s></s> b </s>`` for RoBERTa), so any Hugging Face encoder
+  name or local directory works.
+* Training with the project's :class:`~pipeline.training.Trainer`, through a subclass whose ``loss`` adds
+  the re-ranker's :meth:`TransformerReranker.auxiliary_loss` (``None`` by default): a model with extra
+  training objectives (ADDAX's hashing losses, eq. 15) stores them during ``forward`` and returns them
+  there, and the Trainer itself stays generic.
+* Self-describing checkpoints written atomically: re-ranker name and class, the three configs, the
+  encoder's name, its architecture and a fingerprint of its tokenizer's vocabulary, library versions and
+  the whole ``state_dict`` (fine-tuned encoder included). Anything that does not match is a
+  :class:`~pipeline.errors.CheckpointError` naming the file.
+
+Training defaults suit fine-tuning a pre-trained encoder (a small learning rate, gradient clipping at
+1.0). :class:`~pipeline.training.TrainConfig` has no learning-rate schedule, so there is no warm-up.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import platform
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Hashable, Mapping, Sequence
+
+from pipeline.atomic import atomic_write
+from pipeline.errors import CheckpointError, PipelineError
+from pipeline.records import Doc, Query
+from pipeline.training import Trainer
+
+from .encoders import DEFAULT_ENCODER, load_encoder
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+CHECKPOINT_KIND = "transformer"
+_SAFE_LOAD = True  # checkpoints hold only plain types and tensors
+#: encoder-config fields that must agree between a checkpoint and the encoder it is rebuilt on
+_ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size")
+
+
+@dataclass
+class EncoderConfig:
+    """The encoder and how texts become its inputs (each can be set with ``--set name=value``).
+
+    Attributes:
+        encoder: a Hugging Face model name or a local directory (default: the packaged MiniLM).
+        max_query_length: word pieces kept of a query (special tokens not counted).
+        max_doc_length: word pieces kept of a document (special tokens not counted).
+        doc_cache_size: documents whose encoder output a re-ranker that caches (ADDAX) keeps (LRU; 0: none).
+    """
+
+    encoder: str = DEFAULT_ENCODER
+    max_query_length: int = 32
+    max_doc_length: int = 180
+    doc_cache_size: int = 4096
+
+    def __post_init__(self):
+        if self.max_query_length < 1 or self.max_doc_length < 1:
+            raise PipelineError("max_query_length and max_doc_length must be at least 1")
+        if self.doc_cache_size < 0:
+            raise PipelineError("doc_cache_size must be >= 0 (0 disables the cache)")
+
+
+class LRUCache:
+    """A bounded mapping that forgets the least recently used entry first (``maxsize`` 0 keeps nothing)."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._data: OrderedDict = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable, default=None):
+        try:
+            value = self._data[key]
+        except KeyError:
+            self.misses += 1
+            return default
+        self._data.move_to_end(key)
+        self.hits += 1
+        return value
+
+    def put(self, key: Hashable, value) -> None:
+        if self.maxsize <= 0:
+            return
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def __contains__(self, key) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def _find(sequence: list[int], part: list[int], start: int = 0) -> int:
+    for index in range(start, len(sequence) - len(part) + 1):
+        if sequence[index : index + len(part)] == part:
+            return index
+    raise PipelineError(f"tokenizer: cannot locate {part} in its own output {sequence}")
+
+
+class SpecialTokens:
+    """Where a tokenizer puts its special tokens around one text and around a pair of texts.
+
+    Probed once from the tokenizer's own output for the texts ``"a"`` and ``"b"`` (transformers 5 no longer
+    offers ``build_inputs_with_special_tokens``), so ids cached without special tokens can be wrapped
+    without tokenizing again.
+    """
+
+    def __init__(self, tokenizer):
+        a = tokenizer("a", add_special_tokens=False)["input_ids"]
+        b = tokenizer("b", add_special_tokens=False)["input_ids"]
+        single = tokenizer("a")["input_ids"]
+        at = _find(single, a)
+        self.single_prefix, self.single_suffix = single[:at], single[at + len(a):]
+        pair = tokenizer("a", "b")
+        ids = pair["input_ids"]
+        types = pair.get("token_type_ids") or [0] * len(ids)
+        at_a = _find(ids, a)
+        at_b = _find(ids, b, at_a + len(a))
+        self.pair_prefix, self.pair_middle, self.pair_suffix = ids[:at_a], ids[at_a + len(a):at_b], ids[at_b + len(b):]
+        self.pair_types = (types[:at_a], types[at_a], types[at_a + len(a):at_b], types[at_b], types[at_b + len(b):])
+
+    @property
+    def prefix_length(self) -> int:
+        """Special tokens before a single text (1 for ``[CLS]``)."""
+        return len(self.single_prefix)
+
+    def single(self, ids: list[int]) -> list[int]:
+        return [*self.single_prefix, *ids, *self.single_suffix]
+
+    def pair(self, first: list[int], second: list[int]) -> tuple[list[int], list[int]]:
+        """Ids and token-type ids of ``first`` and ``second`` as one input."""
+        prefix_t, first_t, middle_t, second_t, suffix_t = self.pair_types
+        ids = [*self.pair_prefix, *first, *self.pair_middle, *second, *self.pair_suffix]
+        types = [*prefix_t, *([first_t] * len(first)), *middle_t, *([second_t] * len(second)), *suffix_t]
+        return ids, types
+
+    def extra(self, pair: bool) -> int:
+        """Special tokens added to one text (``pair=False``) or to a pair."""
+        if pair:
+            return len(self.pair_prefix) + len(self.pair_middle) + len(self.pair_suffix)
+        return len(self.single_prefix) + len(self.single_suffix)
+
+
+def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int):
+    """Right-pad id lists into ``(ids [N, L] long, mask [N, L] bool)`` (True = real token)."""
+    import torch
+
+    width = max(1, max(map(len, sequences)))
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        mask[row, : len(sequence)] = True
+    return ids, mask
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A short digest of the tokenizer's vocabulary (a checkpoint must be read with the same one)."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha1(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
+
+
+class AuxiliaryLossTrainer(Trainer):
+    """The project's :class:`~pipeline.training.Trainer` whose loss also adds the re-ranker's auxiliary
+    loss for the batch just scored (``reranker.auxiliary_loss(number_of_units)``; ``None`` adds nothing)."""
+
+    def loss(self, scores, units):
+        loss = super().loss(scores, units)
+        hook = getattr(self.reranker, "auxiliary_loss", None)
+        extra = hook(len(units)) if hook is not None else None
+        return loss if extra is None else loss + extra.to(loss.dtype)
+
+
+class TransformerReranker:
+    """Re-ranker fine-tuning a pre-trained transformer encoder: see the module docstring."""
+
+    name: ClassVar[str] = "transformer"
+    model_config_class: ClassVar[type] = object
+    #: defaults of this model's options (ablation subclasses flip model ones); all overridable with --set
+    model_defaults: ClassVar[Mapping[str, Any]] = {}
+    encoder_defaults: ClassVar[Mapping[str, Any]] = {}
+    train_defaults: ClassVar[Mapping[str, Any]] = {
+        "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0,
+        "batch_size": 32, "epochs": 5, "patience": 2, "score_batch_size": 64,
+    }
+
+    def __init__(self, model_config=None, encoder_config: EncoderConfig | None = None, train_config=None,
+                 seed: int = 42):
+        from pipeline.training import TrainConfig
+
+        self.model_config = model_config if model_config is not None else self.model_config_class(**self.model_defaults)
+        self.encoder_config = encoder_config or EncoderConfig(**self.encoder_defaults)
+        if train_config is None:
+            train_config = TrainConfig()
+            for key, value in self.train_defaults.items():
+                setattr(train_config, key, value)
+        self.train_config = train_config
+        self.seed = seed
+        self.tokenizer = None
+        self.special: SpecialTokens | None = None
+        self.module = None
+        self.device = None
+        self.encoder_description: dict | None = None
+        self._query_tokens = LRUCache(8192)
+        self._doc_tokens = LRUCache(131072)
+        self._threads_set = False
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], seed: int = 42) -> "TransformerReranker":
+        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
+        from pipeline.training import apply_overrides
+
+        reranker = cls(seed=seed)
+        apply_overrides([reranker.model_config, reranker.encoder_config, reranker.train_config], options)
+        return reranker
+
+    def build_module(self, encoder):
+        """The model's torch module around ``encoder`` (a pre-trained ``AutoModel``; subclasses implement)."""
+        raise NotImplementedError
+
+    def prepare(self, train=None, dataset=None) -> None:
+        """Load the encoder and its tokenizer and build a fresh module (``train``/``dataset`` are not needed:
+        a transformer brings its own vocabulary; they are accepted for the Trainer's protocol)."""
+        self._build()
+        log.info("%s: encoder %s (%d parameters)", self.name, self.encoder_config.encoder,
+                 sum(p.numel() for p in self.module.parameters()))
+
+    def _build(self) -> None:
+        import torch
+
+        tokenizer, encoder = load_encoder(self.encoder_config.encoder)
+        self.tokenizer = tokenizer
+        self.special = SpecialTokens(tokenizer)
+        config = encoder.config
+        needed = self.max_input_length()
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit is not None and needed > limit:
+            raise PipelineError(f"{self.name}: inputs of up to {needed} tokens do not fit encoder "
+                                f"{self.encoder_config.encoder!r} (max_position_embeddings {limit}); lower "
+                                f"max_query_length/max_doc_length")
+        self.encoder_description = {
+            "name": self.encoder_config.encoder,
+            "architecture": {key: getattr(config, key, None) for key in _ARCHITECTURE_KEYS},
+            "tokenizer": tokenizer_fingerprint(tokenizer),
+        }
+        self._query_tokens.clear()
+        self._doc_tokens.clear()
+        torch.manual_seed(self.seed)  # the heads built next are the same for the same seed
+        self.module = self.build_module(encoder)
+        self.clear_cache()
+
+    def max_input_length(self) -> int:
+        """The longest input the encoder sees (special tokens included); checked against the encoder."""
+        config = self.encoder_config
+        return max(config.max_query_length, config.max_doc_length) + self.special.extra(pair=False)
+
+    # -- tokens ------------------------------------------------------------------------------------
+    def _require_prepared(self) -> None:
+        if self.module is None or self.tokenizer is None:
+            raise PipelineError(f"{self.name} is not prepared: call prepare() or load a checkpoint")
+
+    def _token_ids(self, cache: LRUCache, items: Sequence[tuple[Hashable, str]], limit: int) -> list[list[int]]:
+        """Word-piece ids (no special tokens, at most ``limit``) of ``(key, text)`` items, through ``cache``;
+        the texts not cached are tokenized in one call."""
+        found = [cache.get(key) for key, _ in items]
+        missing = [i for i, ids in enumerate(found) if ids is None]
+        if missing:
+            texts = [items[i][1] for i in missing]
+            encoded = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
+            for i, ids in zip(missing, encoded):
+                found[i] = list(ids)
+                cache.put(items[i][0], found[i])
+        return found
+
+    @staticmethod
+    def query_key(query: Query) -> Hashable:
+        return query.text
+
+    @staticmethod
+    def doc_key(doc: Doc) -> Hashable:
+        return (doc.doc_id, doc.text)
+
+    def query_ids(self, queries: Sequence[Query]) -> list[list[int]]:
+        return self._token_ids(self._query_tokens, [(self.query_key(q), q.text) for q in queries],
+                               self.encoder_config.max_query_length)
+
+    def doc_ids(self, docs: Sequence[Doc]) -> list[list[int]]:
+        return self._token_ids(self._doc_tokens, [(self.doc_key(d), d.text) for d in docs],
+                               self.encoder_config.max_doc_length)
+
+    def pair_length(self, query: Query, doc: Doc) -> int:
+        """Padded length that matters for batching: the document's word pieces (capped)."""
+        self._require_prepared()
+        return len(self.doc_ids([doc])[0])
+
+    # -- tensors -----------------------------------------------------------------------------------
+    def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
+        """A batch of tensors for ``pairs`` (subclasses implement)."""
+        raise NotImplementedError
+
+    def _device(self):
+        return self.device or next(self.module.parameters()).device
+
+    def tensors(self, batch: Mapping[str, Any]) -> dict:
+        """The tensor entries of ``batch`` on the module's device (other entries, e.g. keys, are dropped)."""
+        import torch
+
+        device = self._device()
+        return {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
+
+    def forward(self, batch: Mapping[str, Any]):
+        """Scores ``[B]`` for an encoded batch."""
+        return self.module(**self.tensors(batch))
+
+    def auxiliary_loss(self, units: int):
+        """Extra training loss of the batch just scored in training mode, already weighted and averaged
+        over the ``units`` training units of the batch; ``None`` when the model has none (the default)."""
+        return None
+
+    def clear_cache(self) -> None:
+        """Forget cached encoder outputs (after the weights change). Token caches stay valid."""
+
+    # -- protocol ----------------------------------------------------------------------------------
+    def score(self, query: Query, docs: Sequence[Doc]) -> list[float]:
+        """Scores of ``docs`` for ``query`` (eval mode, no gradients, batches of ``score_batch_size``)."""
+        import torch
+
+        if self.module is None:
+            raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
+        if not docs:
+            return []
+        if not self._threads_set:
+            from pipeline.training import set_threads
+
+            set_threads()
+            self._threads_set = True
+        self.module.eval()
+        self.doc_ids(docs)  # tokenize the uncached documents in one call
+        size = max(1, self.train_config.score_batch_size)
+        order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))
+        scores = [0.0] * len(docs)
+        with torch.inference_mode():
+            for start in range(0, len(order), size):
+                chunk = order[start : start + size]
+                values = self.forward(self.encode([(query, docs[i]) for i in chunk])).float().cpu().tolist()
+                for index, value in zip(chunk, values):
+                    scores[index] = value
+        return scores
+
+    def fit(self, train, dev=None):
+        """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first."""
+        if self.module is None:
+            raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
+        self.clear_cache()
+        try:
+            return AuxiliaryLossTrainer(self, self.train_config, self.seed).fit(train, dev)
+        finally:
+            self.clear_cache()  # the Trainer restores the best epoch's weights: cached outputs are stale
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write name, class, configs, encoder description, versions and weights to ``path`` atomically."""
+        import torch
+        import transformers
+
+        from .neural import PROJECT_VERSION
+
+        if self.module is None:
+            raise PipelineError(f"{self.name}: nothing to save (not prepared)")
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "kind": CHECKPOINT_KIND,
+            "reranker": self.name,
+            "class": f"{type(self).__module__}:{type(self).__qualname__}",
+            "model_config": dataclasses.asdict(self.model_config),
+            "encoder_config": dataclasses.asdict(self.encoder_config),
+            "train_config": dataclasses.asdict(self.train_config),
+            "seed": self.seed,
+            "encoder": dict(self.encoder_description or {}),
+            "state_dict": {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
+            "versions": {"project": PROJECT_VERSION, "torch": str(torch.__version__),
+                         "transformers": str(transformers.__version__), "python": platform.python_version()},
+        }
+        with atomic_write(Path(path), "wb") as handle:
+            torch.save(payload, handle)
+
+    @classmethod
+    def load(cls, path) -> "TransformerReranker":
+        """Read a checkpoint written by :meth:`save`; a wrong model, format, encoder or weights is a
+        :class:`~pipeline.errors.CheckpointError` naming ``path``."""
+        import torch
+
+        from pipeline.training import TrainConfig
+
+        path = Path(path)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=_SAFE_LOAD)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: checkpoint not found") from None
+        except Exception as error:  # torch raises many types for truncated/foreign files
+            raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT \
+                or payload.get("kind") != CHECKPOINT_KIND:
+            found = (payload.get("format"), payload.get("kind")) if isinstance(payload, dict) else None
+            raise CheckpointError(f"{path}: not a transformer re-ranker checkpoint (format/kind {found!r})")
+        if payload.get("reranker") != cls.name:
+            raise CheckpointError(f"{path}: holds a {payload.get('reranker')!r} model, not {cls.name!r}")
+        try:
+            model_config = cls.model_config_class(**payload["model_config"])
+            encoder_config = EncoderConfig(**payload["encoder_config"])
+            train_config = TrainConfig(**payload["train_config"])
+        except (TypeError, KeyError, PipelineError, ValueError) as error:
+            raise CheckpointError(f"{path}: config does not match this version of {cls.name} ({error})") from None
+        reranker = cls(model_config, encoder_config, train_config, payload.get("seed", 42))
+        try:
+            reranker._build()
+        except PipelineError as error:
+            raise CheckpointError(f"{path}: cannot rebuild its encoder {encoder_config.encoder!r} ({error})") from None
+        saved = payload.get("encoder") or {}
+        current = reranker.encoder_description
+        for key in ("architecture", "tokenizer"):
+            if saved.get(key) != current.get(key):
+                raise CheckpointError(f"{path}: encoder {encoder_config.encoder!r} as found now does not match the "
+                                      f"one it was trained with ({key}: saved {saved.get(key)!r}, found "
+                                      f"{current.get(key)!r})")
+        try:
+            reranker.module.load_state_dict(payload["state_dict"])
+        except (RuntimeError, KeyError) as error:
+            raise CheckpointError(f"{path}: weights do not fit {cls.name} with the saved config ({error})") from None
+        reranker.module.eval()
+        reranker.clear_cache()
+        return reranker
