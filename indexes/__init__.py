@@ -5,19 +5,26 @@
 * ``bm25`` / ``bm25+rm3``: Lucene (Anserini) over the dataset's documents; the index is built if missing;
 * ``run:PATH``: re-rank a given TREC run (checked strictly against the dataset's queries and documents);
 * ``shipped``: the run that comes with the data (Microblog QL top-1000, DL19/DL20 BM25 top-100);
+* ``codes``: learned binary per-token codes (ADDAX-style hashing of a transformer's token vectors) in a faiss
+  binary index, candidates by Hamming kNN per query token, ranked by exact MaxSim (:mod:`indexes.codes`);
+* ``colbert``: the same with ColBERT-style L2-normalised float token vectors in a faiss float index;
 * ``auto``: ``shipped`` when the dataset has one, else ``bm25``.
+
+``codes`` / ``colbert`` take their options from ``settings.codes`` (a :class:`indexes.codes.CodeOptions`);
+without options they use the most recently built index of that kind for the dataset, or build one with the
+default options (training the encoder first: ``python -m pipeline.index --kind codes`` builds it ahead).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, runtime_checkable
 
 from pipeline.datasets import Dataset
 from pipeline.errors import PipelineError
 from pipeline.records import Query, Run
 
-FIRST_STAGES = ("auto", "bm25", "bm25+rm3", "shipped", "run:PATH")
+FIRST_STAGES = ("auto", "bm25", "bm25+rm3", "codes", "colbert", "shipped", "run:PATH")
 
 
 @runtime_checkable
@@ -49,7 +56,9 @@ class RunRetriever:
 
 @dataclass
 class BM25Settings:
-    """Options of the Lucene first stages (index analysis, BM25 and RM3 parameters)."""
+    """Options of the first stages: Lucene's (index analysis, BM25 and RM3 parameters) and, in ``codes``, an
+    :class:`indexes.codes.CodeOptions` for the learned-code first stages. ``index_root`` is where indexes
+    are cached (default: ``PIPELINE_INDEX_DIR``, else ``indexes/cache/<lucene|codes>``)."""
 
     k1: float = 0.9
     b: float = 0.4
@@ -60,6 +69,7 @@ class BM25Settings:
     keep_stopwords: bool = False
     threads: int = 2
     index_root: Path | None = None
+    codes: Any = None
 
 
 def resolve_first_stage(spec: str, dataset: Dataset) -> str:
@@ -89,4 +99,19 @@ def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None 
         path = build_index(dataset, options, settings.index_root, settings.threads)
         rm3 = RM3(settings.fb_terms, settings.fb_docs, settings.original_query_weight) if spec == "bm25+rm3" else None
         return BM25Retriever(path, settings.k1, settings.b, rm3, settings.threads)
+    if spec in ("codes", "colbert"):
+        import dataclasses
+
+        from .codes import CodeOptions, CodeRetriever, build_code_index, find_code_index
+
+        options = settings.codes
+        path = None
+        if options is None:
+            path = find_code_index(dataset, spec, settings.index_root)
+            options = CodeOptions(kind=spec)
+        else:
+            options = dataclasses.replace(options, kind=spec)
+        if path is None:
+            path = build_code_index(dataset, options, settings.index_root)
+        return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads)
     raise PipelineError(f"unknown first stage {spec!r}; expected one of {', '.join(FIRST_STAGES)}")

@@ -4,6 +4,12 @@ Command line::
 
     python -m pipeline.index --dataset cranfield                  # Lucene, Porter stemming, stopwords removed
     python -m pipeline.index --dataset vaswani-npl --stemmer none --keep-stopwords
+    python -m pipeline.index --dataset nfcorpus --kind codes      # learned binary token codes (faiss)
+    python -m pipeline.index --dataset vaswani-npl --kind colbert --train-dataset nfcorpus
+
+``--kind codes`` / ``--kind colbert`` first train the token encoder (contrastively, on the dataset's training
+queries or on ``--train-dataset``'s), then encode every document and write a faiss index (see
+:mod:`indexes.codes`); both the encoder and the index are cached, and an interrupted build resumes.
 """
 from __future__ import annotations
 
@@ -16,31 +22,56 @@ from typing import Sequence
 from .datasets import load_dataset
 from .errors import PipelineError
 
+KINDS = ("lucene", "codes", "colbert")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: prints the index directory."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline.index", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="cranfield")
-    parser.add_argument("--kind", default="lucene", choices=["lucene"], help="index kind")
-    parser.add_argument("--stemmer", default="porter", choices=["porter", "krovetz", "none"])
-    parser.add_argument("--keep-stopwords", action="store_true")
+    parser.add_argument("--kind", default="lucene", choices=KINDS,
+                        help="lucene (BM25), codes (binary token codes) or colbert (float token vectors)")
+    parser.add_argument("--stemmer", default="porter", choices=["porter", "krovetz", "none"], help="lucene only")
+    parser.add_argument("--keep-stopwords", action="store_true", help="lucene only")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--force", action="store_true", help="rebuild even when a cached index exists")
+    parser.add_argument("--force", action="store_true",
+                        help="rebuild even when a cached index exists (codes/colbert: retrain the encoder too)")
     parser.add_argument("--mirror", help="offline mirror directory for ir_datasets archives")
+    codes = parser.add_argument_group("codes / colbert")
+    codes.add_argument("--encoder", default="all-MiniLM-L6-v2", help="transformer name or local directory")
+    codes.add_argument("--dim", type=int, default=128, help="bits per code / floats per token vector")
+    codes.add_argument("--train-dataset", help="train the encoder on this dataset's training queries "
+                                               "(default: the dataset's own; required when it has none)")
+    codes.add_argument("--steps", type=int, default=500, help="training steps")
+    codes.add_argument("--batch-size", type=int, default=16, help="training queries per step")
+    codes.add_argument("--seed", type=int, default=42)
+    codes.add_argument("--index-type", default="flat", choices=["flat", "hnsw"], help="faiss index structure")
     args = parser.parse_args(argv)
+    started = time.perf_counter()
     try:
-        from indexes.lucene import LuceneOptions, build_index, index_metadata
-
         dataset = load_dataset(args.dataset, args.mirror)
-        started = time.perf_counter()
-        path = build_index(dataset, LuceneOptions(args.stemmer, args.keep_stopwords), threads=args.threads,
-                           force=args.force)
+        if args.kind == "lucene":
+            from indexes.lucene import LuceneOptions, build_index, index_metadata
+
+            path = build_index(dataset, LuceneOptions(args.stemmer, args.keep_stopwords), threads=args.threads,
+                               force=args.force)
+            meta = index_metadata(path)
+            print(f"{path} ({meta['documents']} documents, {time.perf_counter() - started:.1f} s)")
+            return 0
+        from indexes.codes import CodeOptions, build_code_index, index_metadata as code_metadata
+
+        options = CodeOptions(kind=args.kind, encoder=args.encoder, dim=args.dim, train_dataset=args.train_dataset,
+                              steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+                              index_type=args.index_type, threads=args.threads)
+        path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    meta = index_metadata(path)
-    print(f"{path} ({meta['documents']} documents, {time.perf_counter() - started:.1f} s)")
+    meta = code_metadata(path)
+    print(f"{path} ({meta['documents']} documents, {meta['vectors']} token vectors, faiss index "
+          f"{meta['index_bytes']} bytes, encoder trained on {meta['train']['description']}, "
+          f"{time.perf_counter() - started:.1f} s)")
     return 0
 
 

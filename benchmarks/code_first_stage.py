@@ -1,0 +1,153 @@
+"""Learned-code first stages against BM25: effectiveness, index size and query latency.
+
+    python benchmarks/code_first_stage.py [--datasets nfcorpus vaswani-npl] [--steps 500] [--threads 2]
+                                          [--output benchmarks/results/code_first_stage.md]
+
+For each dataset: BM25 (Lucene), ``codes`` (binary per-token codes, faiss binary index) and ``colbert``
+(float per-token vectors, faiss float index), each retrieving the top ``--k`` (default 100) per query:
+nDCG@10 and R@100 (pipeline.evaluate), the index size in bytes (the Lucene directory for BM25, the faiss
+index file for the others), the mean latency of one query searched alone (query encoding included), and
+the float / binary size ratio. Neither dataset has a ``train`` split: the encoders are trained on NFCorpus's
+training queries (its dev queries, ``nfcorpus-dev``; see ``indexes.codes.TRAINING_COMPANIONS``) and the same
+trained encoder serves both collections; Vaswani is thus a zero-shot transfer. Indexes and encoders are
+cached (``PIPELINE_INDEX_DIR`` or ``indexes/cache``), so a second run only searches.
+
+``--max-docs N`` / ``--max-queries N`` run on a subset (the first N queries; their judged documents plus the
+first N others) for a quick smoke test; the output says so.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
+    os.environ["TQDM_DISABLE"] = "1"
+
+from indexes import BM25Settings, make_first_stage  # noqa: E402
+from pipeline.datasets import Dataset, load_dataset  # noqa: E402
+from pipeline.evaluate import evaluate  # noqa: E402
+
+TRAIN_DATASET = "nfcorpus"
+MEASURES = "nDCG@10 R@100"
+
+
+def subset(dataset: Dataset, max_queries: int | None, max_docs: int | None) -> Dataset:
+    """The first ``max_queries`` queries and, with ``max_docs``, their judged documents plus the first
+    ``max_docs`` documents (a new name and fingerprint, so its indexes never mix with the full ones)."""
+    if not max_queries and not max_docs:
+        return dataset
+    part = dataset.subset(list(dataset.queries)[:max_queries] if max_queries else dataset.queries)
+    if max_docs:
+        judged = {q.doc_id for q in part.qrels}
+        docs = [d for i, d in enumerate(dataset.docs_iter()) if i < max_docs or d.doc_id in judged]
+        part = dataclasses.replace(part, docs_factory=lambda: list(docs), _store={d.doc_id: d for d in docs})
+    tag = f"q{max_queries or 'all'}-d{max_docs or 'all'}"
+    fingerprint = hashlib.sha1(f"{dataset.fingerprint}:{tag}".encode()).hexdigest()
+    return dataclasses.replace(part, name=f"{dataset.name}-{tag}", fingerprint=fingerprint)
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def timed_run(retriever, queries, k: int):
+    """Search each query alone (after one warm-up query); returns ``(run, mean seconds per query)``."""
+    retriever.search(queries[:1], k)
+    run, elapsed = {}, 0.0
+    for query in queries:
+        started = time.perf_counter()
+        run.update(retriever.search([query], k))
+        elapsed += time.perf_counter() - started
+    return run, elapsed / max(1, len(queries))
+
+
+def benchmark(name: str, args) -> tuple[list[str], list[str]]:
+    from indexes.codes import CodeOptions, CodeRetriever, build_code_index, index_metadata
+
+    dataset = subset(load_dataset(name), args.max_queries, args.max_docs)
+    queries = list(dataset.queries.values())
+    judged = {q.query_id for q in queries}
+    qrels = [q for q in dataset.qrels if q.query_id in judged]
+    rows, notes = [], []
+    settings = BM25Settings(threads=args.threads)
+    bm25 = make_first_stage("bm25", dataset, settings)
+    results = {"bm25": (bm25, directory_bytes(bm25.path / "lucene"), "-")}
+    for kind in ("codes", "colbert"):
+        options = CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
+                              k_prime=args.k_prime, progress=not args.quiet)
+        started = time.perf_counter()
+        path = build_code_index(dataset, options)
+        meta = index_metadata(path)
+        report = meta["train"]["report"] or {}
+        notes.append(f"- {dataset.name} {kind}: {meta['documents']} documents, {meta['vectors']} token vectors; "
+                     f"encoder trained on {meta['train']['description']} ({meta['train']['queries']} queries, "
+                     f"{report.get('steps')} steps, loss {report.get('first_loss')} -> {report.get('last_loss')}); "
+                     f"built in {meta['seconds']} s (this call {time.perf_counter() - started:.1f} s)")
+        retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads)
+        results[kind] = (retriever, retriever.index_bytes, meta["train"]["description"])
+    for spec, (retriever, size, trained_on) in results.items():
+        run, latency = timed_run(retriever, queries, args.k)
+        scores = evaluate(run, qrels, MEASURES).aggregate
+        rows.append(f"| {dataset.name} | {spec} | {scores['nDCG@10']:.4f} | {scores['R@100']:.4f} | {size:,} "
+                    f"| {latency * 1000:.1f} | {trained_on} |")
+    ratio = results["colbert"][1] / results["codes"][1]
+    notes.append(f"- {dataset.name}: float / binary index size = {results['colbert'][1]:,} / {results['codes'][1]:,} "
+                 f"= {ratio:.1f}x")
+    return rows, notes
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
+    parser.add_argument("--steps", type=int, default=500, help="encoder training steps (default 500)")
+    parser.add_argument("--threads", type=int, default=2, help="torch / faiss / Lucene threads")
+    parser.add_argument("--k", type=int, default=100, help="documents retrieved per query (default 100)")
+    parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
+    parser.add_argument("--max-queries", type=int, help="smoke test: only the first N queries")
+    parser.add_argument("--max-docs", type=int, help="smoke test: the judged documents plus the first N others")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--output", help="also write the tables to this Markdown file")
+    args = parser.parse_args(argv)
+    from pipeline.training import set_threads
+
+    set_threads(args.threads)
+    import faiss
+
+    faiss.omp_set_num_threads(args.threads)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, Python {platform.python_version()}"
+    rows = ["| dataset | first stage | nDCG@10 | R@100 | index bytes | mean latency (ms/query) | encoder trained on |",
+            "|---|---|---|---|---|---|---|"]
+    notes = []
+    for name in args.datasets:
+        more_rows, more_notes = benchmark(name, args)
+        rows += more_rows
+        notes += more_notes
+    smoke = args.max_queries or args.max_docs
+    sections = [
+        f"# Learned-code first stages vs BM25 ({time.strftime('%Y-%m-%d')}, {machine})",
+        *(["**Smoke run on a subset** (--max-queries {0} --max-docs {1}); the numbers mean nothing."
+           .format(args.max_queries, args.max_docs)] if smoke else []),
+        f"Top {args.k} per query; codes / colbert: {args.k_prime} neighbours per query token, exact MaxSim "
+        f"re-scoring; encoder all-MiniLM-L6-v2 + projection to 128 (bits or floats), {args.steps} training steps. "
+        "Index bytes: Lucene directory (BM25), faiss index file (codes, colbert). Latency: one query searched "
+        "alone, query encoding included. vaswani-npl has no training queries: its encoders are trained on "
+        "nfcorpus (NFCorpus's dev queries, nfcorpus-dev), a zero-shot transfer.",
+        "", *rows, "", *notes,
+    ]
+    text = "\n".join(sections)
+    print(text)
+    if args.output:
+        from pipeline.atomic import write_text
+
+        write_text(args.output, text + "\n")
+
+
+if __name__ == "__main__":
+    main()

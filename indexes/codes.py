@@ -1,0 +1,927 @@
+"""Learned per-token codes as a first stage: FAISS over query-independent token encodings.
+
+ADDAX's document side depends on the query, so it cannot be indexed. This module trains a
+query-independent encoding instead: a transformer encoder (MiniLM by default), a projection MLP to
+``dim`` dimensions per token, and MaxSim (ColBERT) between query and document tokens. Two kinds:
+
+* ``codes`` (binary): ADDAX's hashing denoiser as the projection (a three-layer MLP, tanh / ReLU / linear)
+  followed by ``tanh(alpha x)`` (alpha 5) while training and ``sign`` at index time; the +-1 codes are
+  packed 8 per byte into a faiss binary index (``IndexBinaryFlat``, or ``IndexBinaryHNSW``). A query's
+  real-valued, L2-normalised token vectors are binarised for the kNN step (Hamming distance) and scored
+  exactly against the codes: ``sum_i max_j q_i . b_j / sqrt(dim)``;
+* ``colbert`` (float): ColBERT's linear projection and L2-normalised token vectors in a faiss float index
+  (``IndexFlatIP``, or ``IndexHNSWFlat``); score ``sum_i max_j q_i . d_j``.
+
+Padding and the special tokens ([CLS], [SEP], [PAD], [MASK]) never get a vector, on either side.
+
+Training (:func:`train_encoder`) is contrastive: for a batch of training queries, a softmax cross-entropy
+over one judged-relevant document, the other queries' documents (in-batch negatives) and
+``hard_negatives`` BM25 negatives per query (non-relevant documents of the Lucene first stage's top
+``negative_depth``); other documents judged relevant for a query are left out of its softmax. The binary
+kind adds ADDAX's quantisation loss ``(tanh(alpha x) - sign(x))^2``. Training queries are a dataset's
+``train`` split; a dataset without one trains on another dataset (``train_dataset``; NFCorpus's test set
+uses its dev queries, ``nfcorpus-dev``, see :data:`TRAINING_COMPANIONS`). A dataset cannot train on its
+own queries: they are the ones it is evaluated on.
+
+Search (:class:`CodeRetriever`): encode the query tokens, take each token's ``k_prime`` nearest vectors in
+the faiss index, and rank the union of their documents by exact MaxSim over all their token vectors.
+
+Caching: the trained encoder is cached under ``<root>/code-encoders/`` (keyed by the training options and
+the training data, so one training serves every collection indexed with it) and copied (hard-linked when
+possible) into each index. An index lives in ``<root>/<dataset>-<kind>-<key>``, where ``<root>`` is
+``PIPELINE_INDEX_DIR`` (as for the Lucene indexes) or ``indexes/cache/codes``, and the key hashes the
+dataset's fingerprint, the options and the training data. Documents are encoded into shards in
+``<root>/.<index name>.shards`` (each written atomically), so an interrupted build resumes after its last
+finished shard; the index itself is assembled in a temporary directory that is renamed into place, so an
+unfinished build never looks like an index. With GPUs visible to faiss (``faiss.get_num_gpus() > 0``),
+flat indexes are searched on the GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.atomic import atomic_directory, atomic_write
+from pipeline.datasets import Dataset
+from pipeline.errors import PipelineError
+from pipeline.records import Query, Run, ScoredDoc
+
+log = logging.getLogger(__name__)
+
+KINDS = ("codes", "colbert")
+INDEX_TYPES = ("flat", "hnsw")
+DEFAULT_CODE_ROOT = Path(__file__).resolve().parent / "cache" / "codes"
+META_FILE = "code-index.json"
+FAISS_FILE = "faiss.index"
+TOKEN_DOCS_FILE = "token_docs.npy"
+DOC_IDS_FILE = "doc_ids.json"
+ENCODER_FILE = "encoder.pt"
+ENCODER_META = "encoder.json"
+SHARD_MANIFEST = "manifest.json"
+CHECKPOINT_FORMAT = 1
+GPU_MAX_K = 2048  # faiss GPU indexes return at most this many neighbours
+
+#: Datasets without a ``train`` split whose training queries live in another dataset (same collection,
+#: disjoint queries): NFCorpus's test set trains on NFCorpus's dev queries and documents.
+TRAINING_COMPANIONS = {"nfcorpus": "nfcorpus-dev", "nfcorpus/test": "nfcorpus-dev",
+                       "beir/nfcorpus/test": "nfcorpus-dev"}
+
+
+def code_index_root() -> Path:
+    """Where code indexes live: ``PIPELINE_INDEX_DIR`` (like the Lucene indexes) or ``indexes/cache/codes``."""
+    return Path(os.environ.get("PIPELINE_INDEX_DIR", DEFAULT_CODE_ROOT))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
+
+
+def _digest(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class CodeOptions:
+    """Options of a code index. Fields marked ``compare=False`` change neither the encoder nor the index
+    (so they are not part of the cache key)."""
+
+    kind: str = "codes"                 # codes (binary) | colbert (float)
+    encoder: str = "all-MiniLM-L6-v2"   # rerankers.encoders name or local directory
+    dim: int = 128                      # bits per code / floats per vector
+    train_dataset: str | None = None    # None: the dataset's own training queries (see module docstring)
+    steps: int = 500
+    batch_size: int = 16                # training queries per step
+    learning_rate: float = 2e-5         # transformer
+    head_learning_rate: float = 1e-3    # projection MLP
+    query_max_length: int = 32
+    doc_max_length: int = 180
+    hard_negatives: int = 1             # BM25 negatives per query and step (0: in-batch negatives only)
+    negative_depth: int = 100           # BM25 depth the hard negatives come from
+    alpha: float = 5.0                  # tanh(alpha x) while training the binary codes
+    quantization_weight: float = 0.1    # weight of (tanh(alpha x) - sign(x))^2 (binary kind)
+    temperature: float = 0.1            # softmax temperature on the MaxSim scores
+    seed: int = 42
+    index_type: str = "flat"            # flat | hnsw
+    hnsw_m: int = 32
+    # not part of the key
+    k_prime: int = field(default=256, compare=False)           # neighbours per query token at search time
+    shard_size: int = field(default=1024, compare=False)       # documents per resumable shard
+    encode_batch_size: int = field(default=32, compare=False)
+    device: str = field(default="auto", compare=False)
+    threads: int | None = field(default=None, compare=False)
+    progress: bool = field(default=True, compare=False)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise PipelineError(f"unknown code index kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        if self.index_type not in INDEX_TYPES:
+            raise PipelineError(f"unknown index type {self.index_type!r}; expected one of {', '.join(INDEX_TYPES)}")
+        if self.dim <= 0 or (self.binary and self.dim % 8):
+            raise PipelineError(f"dim must be positive{' and a multiple of 8 for binary codes' if self.binary else ''}, "
+                                f"got {self.dim}")
+        for name in ("steps", "hard_negatives"):
+            if getattr(self, name) < 0:
+                raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("batch_size", "query_max_length", "doc_max_length", "k_prime", "shard_size",
+                     "encode_batch_size", "negative_depth", "hnsw_m"):
+            if getattr(self, name) <= 0:
+                raise PipelineError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise PipelineError(f"temperature must be positive, got {self.temperature}")
+
+    @property
+    def binary(self) -> bool:
+        return self.kind == "codes"
+
+    def training_fields(self) -> dict:
+        """The options that determine the trained encoder (with the training data)."""
+        names = ("kind", "encoder", "dim", "steps", "batch_size", "learning_rate", "head_learning_rate",
+                 "query_max_length", "doc_max_length", "hard_negatives", "negative_depth", "alpha",
+                 "quantization_weight", "temperature", "seed")
+        return {name: getattr(self, name) for name in names}
+
+    def key_fields(self) -> dict:
+        """Everything in the cache key of an index (besides the dataset and the training data)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare and f.name != "train_dataset"}
+
+
+# ------------------------------------------------------------------------------------ bit packing
+
+
+def pack_codes(values: np.ndarray) -> np.ndarray:
+    """Binarise ``values`` (``>= 0`` -> bit 1, else 0) along the last axis and pack 8 bits per byte in
+    faiss's order (bit ``i`` is bit ``i % 8`` of byte ``i // 8``). ``[..., dim]`` -> ``[..., dim / 8]``."""
+    return np.packbits(np.asarray(values) >= 0, axis=-1, bitorder="little")
+
+
+def unpack_codes(packed: np.ndarray, dim: int) -> np.ndarray:
+    """The +-1 float32 codes of :func:`pack_codes`' output."""
+    bits = np.unpackbits(np.asarray(packed, dtype=np.uint8), axis=-1, count=dim, bitorder="little")
+    return bits.astype(np.float32) * 2.0 - 1.0
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+def maxsim(q, q_mask, d, d_mask):
+    """MaxSim scores of every query against every document: ``[Nq, Nd]``.
+
+    ``q`` is ``[Nq, Lq, dim]``, ``d`` is ``[Nd, Ld, dim]``, masks are boolean ``[N, L]``:
+    ``score(q, d) = sum over unmasked query tokens i of max over unmasked doc tokens j of q_i . d_j``
+    (0 for a document without tokens).
+    """
+    sims = torch.einsum("aid,bjd->abij", q, d)
+    sims = sims.masked_fill(~d_mask[None, :, None, :], float("-inf"))
+    best = sims.max(dim=-1).values
+    best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+    return (best * q_mask[:, None, :].to(best.dtype)).sum(dim=-1)
+
+
+class TokenCodeEncoder(nn.Module):
+    """Transformer -> projection -> one ``dim``-vector per (non-special, non-padding) token.
+
+    Binary: ADDAX's hashing MLP (tanh, ReLU, linear), documents ``tanh(alpha x)`` while training and
+    ``sign(x)`` (+-1, 0 -> +1) at index time. Float: ColBERT's linear projection, L2-normalised. Queries
+    are the projection L2-normalised in both kinds (one projection for both sides, so that a query
+    token's sign pattern is comparable with the documents' codes in the kNN step).
+    """
+
+    def __init__(self, transformer, dim: int = 128, binary: bool = True, alpha: float = 5.0,
+                 skip_ids: Iterable[int] = ()):
+        super().__init__()
+        self.transformer = transformer
+        self.dim, self.binary, self.alpha = dim, binary, alpha
+        hidden = transformer.config.hidden_size
+        if binary:
+            self.project = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
+                                         nn.ReLU(), nn.Linear(hidden, dim))
+        else:
+            self.project = nn.Linear(hidden, dim)
+        self.register_buffer("skip_ids", torch.tensor(sorted(set(skip_ids)), dtype=torch.long), persistent=False)
+
+    @property
+    def doc_scale(self) -> float:
+        """Factor on ``q . d`` that makes a score a sum of cosines (binary codes have norm ``sqrt(dim)``)."""
+        return 1.0 / math.sqrt(self.dim) if self.binary else 1.0
+
+    def token_mask(self, input_ids, attention_mask):
+        """True for the tokens that get a vector: not padding, not a special token."""
+        return attention_mask.bool() & ~torch.isin(input_ids, self.skip_ids)
+
+    def project_tokens(self, input_ids, attention_mask):
+        """``([B, L, dim] projections, [B, L] token mask)``."""
+        hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.project(hidden.float()), self.token_mask(input_ids, attention_mask)
+
+    def encode_queries(self, input_ids, attention_mask):
+        """``(L2-normalised query token vectors, mask)``; masked positions are zero."""
+        x, mask = self.project_tokens(input_ids, attention_mask)
+        return F.normalize(x, dim=-1) * mask[..., None], mask
+
+    def encode_docs(self, input_ids, attention_mask, hard: bool = False):
+        """Document token vectors: binary ``tanh(alpha x)`` (``hard``: ``sign``), float L2-normalised.
+        Returns ``(vectors, mask, projections)``; masked positions are zero."""
+        x, mask = self.project_tokens(input_ids, attention_mask)
+        if self.binary:
+            vectors = torch.where(x >= 0, 1.0, -1.0) if hard else torch.tanh(self.alpha * x)
+        else:
+            vectors = F.normalize(x, dim=-1)
+        return vectors * mask[..., None], mask, x
+
+    def score(self, q, q_mask, d, d_mask):
+        """MaxSim ``[Nq, Nd]`` with the kind's scale."""
+        return maxsim(q, q_mask, d, d_mask) * self.doc_scale
+
+
+def skip_token_ids(tokenizer) -> list[int]:
+    """Token ids that never get a vector: the tokenizer's special tokens except [UNK] (an unknown word is
+    still a word)."""
+    special = set(tokenizer.all_special_ids)
+    special.discard(tokenizer.unk_token_id)
+    if tokenizer.pad_token_id is not None:
+        special.add(tokenizer.pad_token_id)
+    return sorted(i for i in special if i is not None)
+
+
+def new_encoder(options: CodeOptions):
+    """A fresh ``(tokenizer, TokenCodeEncoder)`` for ``options`` (pretrained transformer, new projection
+    initialised from torch's current random state)."""
+    from rerankers.encoders import load_encoder
+
+    tokenizer, transformer = load_encoder(options.encoder)
+    return tokenizer, TokenCodeEncoder(transformer, options.dim, options.binary, options.alpha, skip_token_ids(tokenizer))
+
+
+def tokenize(tokenizer, texts: Sequence[str], max_length: int, device=None):
+    """``(input_ids, attention_mask)`` of ``texts``, truncated to ``max_length`` and padded to the longest."""
+    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
+    return ids, mask
+
+
+def _autocast(device):
+    import contextlib
+
+    if device is not None and torch.device(device).type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _quiet(progress: bool) -> dict:
+    """tqdm keyword arguments: none when progress is wanted (so ``TQDM_DISABLE=1`` still works), else off."""
+    return {} if progress else {"disable": True}
+
+
+def _set_threads(threads: int | None) -> None:
+    from pipeline.training import set_threads
+
+    set_threads(threads)
+    if threads:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------------- training data
+
+
+@dataclass
+class TrainingSource:
+    """Where an encoder's training queries come from: a dataset, its training query ids and a readable
+    description (for logs, metadata and benchmark reports)."""
+
+    dataset: Dataset
+    query_ids: list[str]
+    description: str
+
+    def key(self) -> str:
+        return hashlib.sha1(f"{self.dataset.fingerprint}:{','.join(sorted(self.query_ids))}".encode()).hexdigest()
+
+
+def _judged_queries(dataset: Dataset, query_ids: Iterable[str]) -> list[str]:
+    positive = {q.query_id for q in dataset.qrels if q.relevance > 0}
+    return [q for q in query_ids if q in positive and q in dataset.queries]
+
+
+def resolve_training(dataset: Dataset, train_dataset: "Dataset | str | None" = None,
+                     mirror: str | os.PathLike | None = None) -> TrainingSource:
+    """The training queries for an index of ``dataset``.
+
+    ``train_dataset`` (a Dataset or a name for :func:`pipeline.datasets.load_dataset`; default the dataset
+    itself) gives its ``train`` split; without one, its companion in :data:`TRAINING_COMPANIONS`; without
+    that, all its judged queries, unless it is ``dataset`` itself (whose queries are the test queries): then
+    the error says to pick another dataset.
+    """
+    from pipeline.datasets import load_dataset
+
+    if train_dataset is None or (isinstance(train_dataset, str) and train_dataset == dataset.name):
+        source = dataset
+    elif isinstance(train_dataset, str):
+        source = load_dataset(train_dataset, mirror)
+    else:
+        source = train_dataset
+    if source.splits.get("train"):
+        qids = _judged_queries(source, source.splits["train"])
+        description = f"{source.name} (train split)"
+    elif source.name in TRAINING_COMPANIONS:
+        companion = load_dataset(TRAINING_COMPANIONS[source.name], mirror)
+        return TrainingSource(companion, _judged_queries(companion, companion.queries),
+                              f"{source.name}: its training queries are {companion.name}")
+    elif source is dataset or (source.name == dataset.name and source.fingerprint == dataset.fingerprint):
+        raise PipelineError(
+            f"dataset {dataset.name!r} has no training queries (no 'train' split) for the learned-code first "
+            f"stage, and training on its own queries would test on training data; train the encoder on another "
+            f"dataset: --train-dataset NAME (python -m pipeline.index) or CodeOptions(train_dataset=NAME), "
+            f"e.g. nfcorpus"
+        )
+    else:
+        qids = _judged_queries(source, source.queries)
+        description = f"{source.name} (all judged queries)"
+    if not qids:
+        raise PipelineError(f"training dataset {source.name!r} has no queries with a relevant document")
+    return TrainingSource(source, qids, description)
+
+
+def bm25_negatives(dataset: Dataset, query_ids: Sequence[str], depth: int, root: Path | None = None) -> dict[str, list[str]]:
+    """Non-relevant documents in BM25's top ``depth`` (Lucene first stage) for each query, in rank order."""
+    from . import BM25Settings, make_first_stage
+
+    retriever = make_first_stage("bm25", dataset, BM25Settings(index_root=root))
+    run = retriever.search([dataset.queries[q] for q in query_ids], depth)
+    qrels = dataset.qrels_dict()
+    store = dataset.doc_store()
+    return {q: [h.doc_id for h in run.get(q, []) if qrels.get(q, {}).get(h.doc_id, 0) <= 0 and h.doc_id in store]
+            for q in query_ids}
+
+
+@dataclass
+class TrainingBatch:
+    """One contrastive step: query texts, document texts, each query's target document and the documents
+    left out of its softmax (other judged-relevant ones)."""
+
+    queries: list[str]
+    docs: list[str]
+    targets: list[int]
+    excluded: list[list[bool]]
+
+
+class BatchSampler:
+    """Seeded batches of (query, one judged-relevant doc, ``hard`` negatives) with in-batch negatives."""
+
+    def __init__(self, source: TrainingSource, negatives: dict[str, list[str]] | None, batch_size: int,
+                 hard: int, seed: int):
+        store = source.dataset.doc_store()
+        qrels = source.dataset.qrels_dict()
+        self.store, self.batch_size, self.hard = store, batch_size, hard
+        self.rng = random.Random(seed)
+        self.negatives = negatives or {}
+        self.examples = []
+        for qid in source.query_ids:
+            relevant = sorted(d for d, r in qrels.get(qid, {}).items() if r > 0 and d in store)
+            if relevant:
+                self.examples.append((source.dataset.queries[qid], relevant, set(relevant)))
+        if not self.examples:
+            raise PipelineError(f"{source.description}: no training query has a relevant document in the collection")
+
+    def sample(self) -> TrainingBatch:
+        chosen = self.rng.sample(self.examples, min(self.batch_size, len(self.examples)))
+        doc_ids, targets = [], []
+        for _, relevant, _ in chosen:
+            targets.append(len(doc_ids))
+            doc_ids.append(self.rng.choice(relevant))
+        for query, _, _ in chosen:
+            pool = self.negatives.get(query.query_id, [])
+            doc_ids.extend(self.rng.sample(pool, min(self.hard, len(pool))))
+        excluded = [[d in relevant and j != targets[row] for j, d in enumerate(doc_ids)]
+                    for row, (_, _, relevant) in enumerate(chosen)]
+        return TrainingBatch([q.text for q, _, _ in chosen], [self.store[d].text for d in doc_ids], targets, excluded)
+
+
+def contrastive_loss(model, tokenizer, batch: TrainingBatch, options: CodeOptions, device=None):
+    """Softmax cross-entropy of each query's target document among all the batch's documents (MaxSim /
+    temperature), plus the quantisation loss for binary codes. Returns ``(total, cross_entropy)``."""
+    q_ids, q_att = tokenize(tokenizer, batch.queries, options.query_max_length, device)
+    d_ids, d_att = tokenize(tokenizer, batch.docs, options.doc_max_length, device)
+    with _autocast(device):
+        q, q_mask = model.encode_queries(q_ids, q_att)
+        d, d_mask, x = model.encode_docs(d_ids, d_att)
+    logits = model.score(q.float(), q_mask, d.float(), d_mask) / options.temperature
+    excluded = torch.tensor(batch.excluded, dtype=torch.bool, device=logits.device)
+    logits = logits.masked_fill(excluded, float("-inf"))
+    targets = torch.tensor(batch.targets, device=logits.device)
+    ce = torch.nn.functional.cross_entropy(logits, targets)
+    total = ce
+    if model.binary and options.quantization_weight > 0:
+        x = x.float()
+        gap = (torch.tanh(options.alpha * x) - torch.where(x >= 0, 1.0, -1.0)) ** 2
+        tokens = d_mask.sum().clamp(min=1)
+        total = total + options.quantization_weight * (gap.mean(-1) * d_mask).sum() / tokens
+    return total, ce
+
+
+@dataclass
+class TrainingReport:
+    steps: int
+    losses: list[float]
+    seconds: float
+    queries: int
+    source: str
+
+    def summary(self) -> dict:
+        head = self.losses[: max(1, len(self.losses) // 10)]
+        tail = self.losses[-max(1, len(self.losses) // 10):]
+        return {"steps": self.steps, "queries": self.queries, "source": self.source, "seconds": round(self.seconds, 2),
+                "first_loss": round(float(np.mean(head)), 4) if self.losses else None,
+                "last_loss": round(float(np.mean(tail)), 4) if self.losses else None}
+
+
+def train_encoder(options: CodeOptions, source: TrainingSource, negatives: dict[str, list[str]] | None = None,
+                  device=None):
+    """Train a :class:`TokenCodeEncoder` on ``source``. Returns ``(tokenizer, model, report)``; the model is
+    left in eval mode on ``device``."""
+    from tqdm.auto import tqdm
+
+    from pipeline.training import resolve_device, seed_everything
+
+    device = device or resolve_device(options.device)
+    seed_everything(options.seed)
+    tokenizer, model = new_encoder(options)
+    model.to(device)
+    sampler = BatchSampler(source, negatives, options.batch_size, options.hard_negatives, options.seed)
+    optimizer = torch.optim.AdamW([
+        {"params": model.transformer.parameters(), "lr": options.learning_rate},
+        {"params": model.project.parameters(), "lr": options.head_learning_rate},
+    ])
+    base = [group["lr"] for group in optimizer.param_groups]
+    warmup = max(1, options.steps // 10)
+    losses: list[float] = []
+    started = time.perf_counter()
+    model.train()
+    bar = tqdm(range(options.steps), desc=f"training {options.kind} encoder", unit="step", **_quiet(options.progress))
+    for step in bar:
+        for group, lr in zip(optimizer.param_groups, base):
+            group["lr"] = lr * min(1.0, (step + 1) / warmup)
+        total, ce = contrastive_loss(model, tokenizer, sampler.sample(), options, device)
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(total.detach()))
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-10:]):.3f}")
+    bar.close()
+    model.eval()
+    report = TrainingReport(options.steps, losses, time.perf_counter() - started, len(sampler.examples), source.description)
+    log.info("trained %s encoder on %s: %s", options.kind, source.description, report.summary())
+    return tokenizer, model, report
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+
+
+def save_encoder(model, options: CodeOptions, path: Path, extra: dict | None = None) -> None:
+    """Write ``model`` (transformer and projection weights, and what rebuilds it) to ``path`` atomically."""
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    payload = {"format": CHECKPOINT_FORMAT, "options": options.training_fields(), "state_dict": state,
+               "skip_ids": model.skip_ids.tolist(), **(extra or {})}
+    with atomic_write(path, "wb") as handle:
+        torch.save(payload, handle)
+
+
+def load_encoder_checkpoint(path: Path, device=None):
+    """``(tokenizer, model, options dict)`` from a checkpoint written by :func:`save_encoder` (eval mode)."""
+    from pipeline.errors import CheckpointError
+    from rerankers.encoders import load_encoder
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unreadable file is the same problem for the user
+        raise CheckpointError(f"{path}: cannot read the code encoder checkpoint ({error})") from None
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path}: checkpoint format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
+    opts = payload["options"]
+    tokenizer, transformer = load_encoder(opts["encoder"])
+    model = TokenCodeEncoder(transformer, opts["dim"], opts["kind"] == "codes", opts["alpha"], payload["skip_ids"])
+    try:
+        model.load_state_dict(payload["state_dict"])
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: does not match encoder {opts['encoder']!r} ({error})") from None
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return tokenizer, model, opts
+
+
+def encoder_path(options: CodeOptions, source: TrainingSource, root: Path | None = None) -> Path:
+    """The cache directory of the encoder trained with ``options`` on ``source``."""
+    digest = _digest({"options": options.training_fields(), "training": source.key()})
+    return (root or code_index_root()) / "code-encoders" / f"{options.kind}-{_safe(source.dataset.name)}-{digest}"
+
+
+def obtain_encoder(options: CodeOptions, source: TrainingSource, root: Path | None = None, force: bool = False,
+                   device=None) -> tuple[Path, dict]:
+    """The checkpoint of the encoder for ``options`` and ``source``: from the cache, or trained now (with
+    BM25 negatives when ``options.hard_negatives``) and saved atomically. Returns ``(checkpoint, metadata)``."""
+    path = encoder_path(options, source, root)
+    if (path / ENCODER_META).is_file() and not force:
+        return path / ENCODER_FILE, json.loads((path / ENCODER_META).read_text(encoding="utf-8"))
+    negatives = None
+    if options.hard_negatives:
+        negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth, root)
+    _, model, report = train_encoder(options, source, negatives, device)
+    meta = {"options": options.training_fields(), "training": report.summary(), "train_dataset": source.dataset.name,
+            "train_fingerprint": source.dataset.fingerprint, "train_queries": len(source.query_ids)}
+    with atomic_directory(path) as temp:
+        save_encoder(model, options, temp / ENCODER_FILE)
+        with atomic_write(temp / ENCODER_META) as handle:
+            json.dump(meta, handle, indent=1)
+    return path / ENCODER_FILE, meta
+
+
+def _file_sha1(path: Path) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------- indexes
+
+
+def index_path(dataset: Dataset, options: CodeOptions, source: TrainingSource, root: Path | None = None) -> Path:
+    """The cache directory of ``dataset``'s code index with ``options`` and training data ``source``."""
+    digest = _digest({"dataset": dataset.fingerprint, "options": options.key_fields(), "training": source.key()})
+    return (root or code_index_root()) / f"{_safe(dataset.name)}-{options.kind}-{digest}"
+
+
+def is_complete(path: Path) -> bool:
+    """True when ``path`` holds a finished code index (its metadata file is written last)."""
+    return (Path(path) / META_FILE).is_file()
+
+
+def index_metadata(path: Path) -> dict:
+    return json.loads((Path(path) / META_FILE).read_text(encoding="utf-8"))
+
+
+def index_size_bytes(path: Path) -> int:
+    """Size of the faiss index file (the codes / vectors and, for HNSW, the graph)."""
+    return (Path(path) / FAISS_FILE).stat().st_size
+
+
+def find_code_index(dataset: Dataset, kind: str, root: Path | None = None) -> Path | None:
+    """The most recently built complete ``kind`` index of ``dataset`` (same fingerprint) in the cache, if any."""
+    root = root or code_index_root()
+    if not root.is_dir():
+        return None
+    found = []
+    for path in root.glob(f"{_safe(dataset.name)}-{kind}-*"):
+        if is_complete(path):
+            meta = index_metadata(path)
+            if meta.get("fingerprint") == dataset.fingerprint and meta.get("kind") == kind:
+                found.append(((path / META_FILE).stat().st_mtime_ns, path))
+    return max(found)[1] if found else None
+
+
+def _chunks(docs: Iterator, size: int) -> Iterator[list]:
+    chunk = []
+    for doc in docs:
+        chunk.append(doc)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def encode_documents(model, tokenizer, texts: Sequence[str], options: CodeOptions, device=None):
+    """Token vectors of ``texts``: ``(vectors, lengths)`` with vectors ``[sum(lengths), dim]`` float32 (float
+    kind) or ``[sum(lengths), dim / 8]`` packed uint8 codes (binary kind), in document order. Batches are
+    formed by token length (less padding)."""
+    lengths_in = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=options.doc_max_length)["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda i: (lengths_in[i], i))
+    per_doc: list = [None] * len(texts)
+    with torch.inference_mode():
+        for start in range(0, len(order), options.encode_batch_size):
+            rows = order[start : start + options.encode_batch_size]
+            ids, att = tokenize(tokenizer, [texts[i] for i in rows], options.doc_max_length, device)
+            with _autocast(device):
+                vectors, mask, _ = model.encode_docs(ids, att, hard=True)
+            vectors, mask = vectors.float().cpu().numpy(), mask.cpu().numpy()
+            for row, i in enumerate(rows):
+                per_doc[i] = vectors[row][mask[row]]
+    width = options.dim // 8 if options.binary else options.dim
+    dtype = np.uint8 if options.binary else np.float32
+    lengths = np.array([len(v) for v in per_doc], dtype=np.int32)
+    stacked = np.concatenate(per_doc) if per_doc and lengths.sum() else np.zeros((0, options.dim), np.float32)
+    if options.binary:
+        stacked = pack_codes(stacked) if len(stacked) else np.zeros((0, width), dtype)
+    return np.ascontiguousarray(stacked, dtype=dtype), lengths
+
+
+def _new_faiss_index(options: CodeOptions):
+    import faiss
+
+    if options.binary:
+        if options.index_type == "hnsw":
+            return faiss.IndexBinaryHNSW(options.dim, options.hnsw_m)
+        return faiss.IndexBinaryFlat(options.dim)
+    if options.index_type == "hnsw":
+        return faiss.IndexHNSWFlat(options.dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    return faiss.IndexFlatIP(options.dim)
+
+
+def build_code_index(
+    dataset: Dataset,
+    options: CodeOptions = CodeOptions(),
+    root: Path | None = None,
+    force: bool = False,
+    train_dataset: "Dataset | str | None" = None,
+    mirror: str | os.PathLike | None = None,
+) -> Path:
+    """Build (or find in the cache) ``dataset``'s code index; returns its directory.
+
+    ``train_dataset`` (a Dataset or a name) overrides ``options.train_dataset``. ``force`` retrains the
+    encoder and re-encodes every document.
+    """
+    from tqdm.auto import tqdm
+
+    from pipeline.training import resolve_device
+
+    root = Path(root) if root is not None else code_index_root()
+    source = resolve_training(dataset, train_dataset if train_dataset is not None else options.train_dataset, mirror)
+    path = index_path(dataset, options, source, root)
+    if is_complete(path) and not force:
+        return path
+    _set_threads(options.threads)
+    started = time.perf_counter()
+    device = resolve_device(options.device)
+    checkpoint, encoder_meta = obtain_encoder(options, source, root, force, device)
+    tokenizer, model, _ = load_encoder_checkpoint(checkpoint, device)
+
+    shards = root / f".{path.name}.shards"
+    manifest = {"index": path.name, "encoder_sha1": _file_sha1(checkpoint), "shard_size": options.shard_size}
+    if shards.is_dir():
+        try:
+            previous = json.loads((shards / SHARD_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            previous = None
+        if force or previous != manifest:
+            shutil.rmtree(shards)
+    if not shards.is_dir():
+        shards.mkdir(parents=True)
+        with atomic_write(shards / SHARD_MANIFEST) as handle:
+            json.dump(manifest, handle)
+
+    total = len(dataset._store) if dataset._store is not None else None
+    shard_files = []
+    resumed = 0
+    with tqdm(total=total, desc=f"encoding {dataset.name} docs ({options.kind})", unit="doc",
+              **_quiet(options.progress)) as bar:
+        for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
+            shard = shards / f"shard-{number:05d}.npz"
+            ids = [doc.doc_id for doc in chunk]
+            if shard.is_file():
+                with np.load(shard, allow_pickle=False) as stored:
+                    if stored["doc_ids"].tolist() == ids:
+                        shard_files.append(shard)
+                        resumed += 1
+                        bar.update(len(chunk))
+                        continue
+                log.warning("%s: documents changed since the interrupted build; re-encoding from here", shard)
+                for stale in shards.glob("shard-*.npz"):
+                    if int(stale.stem.split("-")[1]) >= number:
+                        stale.unlink()
+            vectors, lengths = encode_documents(model, tokenizer, [doc.text for doc in chunk], options, device)
+            with atomic_write(shard, "wb") as handle:
+                np.savez(handle, doc_ids=np.array(ids, dtype=str), lengths=lengths, vectors=vectors)
+            shard_files.append(shard)
+            bar.update(len(chunk))
+    if not shard_files:
+        raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
+    if resumed:
+        log.info("resumed %s: %d of %d shards were already encoded", path.name, resumed, len(shard_files))
+
+    import faiss
+
+    with atomic_directory(path) as temp:
+        doc_ids, lengths, parts = [], [], []
+        for shard in shard_files:
+            with np.load(shard, allow_pickle=False) as stored:
+                doc_ids.extend(stored["doc_ids"].tolist())
+                lengths.append(stored["lengths"])
+                parts.append(stored["vectors"])
+        lengths = np.concatenate(lengths)
+        vectors = np.ascontiguousarray(np.concatenate(parts))
+        if len(vectors) == 0:
+            raise PipelineError(f"dataset {dataset.name!r}: no document has a token to index")
+        index = _new_faiss_index(options)
+        index.add(vectors)
+        if options.binary:
+            faiss.write_index_binary(index, str(temp / FAISS_FILE))
+        else:
+            faiss.write_index(index, str(temp / FAISS_FILE))
+        np.save(temp / TOKEN_DOCS_FILE, np.repeat(np.arange(len(doc_ids), dtype=np.int32), lengths))
+        with atomic_write(temp / DOC_IDS_FILE) as handle:
+            json.dump(doc_ids, handle)
+        try:
+            os.link(checkpoint, temp / ENCODER_FILE)
+        except OSError:
+            shutil.copyfile(checkpoint, temp / ENCODER_FILE)
+        meta = {
+            "kind": options.kind, "dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
+            "encoder": options.encoder, "options": options.key_fields(), "train": {
+                "dataset": source.dataset.name, "description": source.description,
+                "fingerprint": source.dataset.fingerprint, "queries": len(source.query_ids),
+                "report": encoder_meta.get("training")},
+            "documents": len(doc_ids), "vectors": int(len(vectors)), "index_bytes": (temp / FAISS_FILE).stat().st_size,
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        with atomic_write(temp / META_FILE) as handle:
+            json.dump(meta, handle, indent=1)
+    shutil.rmtree(shards, ignore_errors=True)
+    log.info("built %s: %d documents, %d vectors", path, len(doc_ids), len(vectors))
+    return path
+
+
+# ---------------------------------------------------------------------------------------- search
+
+
+def _gpu_index(index, binary: bool):
+    """``index`` on the first GPU when faiss sees one and supports the index type there, else ``index``."""
+    import faiss
+
+    try:
+        if not getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
+            return index
+        resources = faiss.StandardGpuResources()
+        if binary:
+            if isinstance(index, faiss.IndexBinaryFlat) and hasattr(faiss, "GpuIndexBinaryFlat"):
+                gpu = faiss.GpuIndexBinaryFlat(resources, index)
+                gpu.referenced_objects = [resources]
+                return gpu
+            return index
+        if isinstance(index, faiss.IndexFlat):
+            gpu = faiss.index_cpu_to_gpu(resources, 0, index)
+            gpu.referenced_objects = [resources]  # keep the resources alive with the index
+            return gpu
+    except Exception as error:  # noqa: BLE001 - a GPU problem must not break CPU search
+        log.warning("faiss GPU unavailable for this index (%s); searching on the CPU", error)
+    return index
+
+
+def _stored_vectors(index, binary: bool, count: int, width: int) -> np.ndarray:
+    """A numpy view (no copy) of the vectors / codes inside a CPU flat or HNSW faiss index."""
+    import faiss
+
+    if binary:
+        storage = index if isinstance(index, faiss.IndexBinaryFlat) else faiss.downcast_IndexBinary(index.storage)
+        pointer = storage.xb.data()
+    else:
+        storage = index if isinstance(index, faiss.IndexFlat) else faiss.downcast_index(index.storage)
+        pointer = storage.get_xb()
+    return faiss.rev_swig_ptr(pointer, count * width).reshape(count, width)
+
+
+class CodeRetriever:
+    """Search a code index built by :func:`build_code_index` (``search(queries, k) -> Run``).
+
+    Each query token's ``k_prime`` nearest vectors (Hamming distance between the query's sign pattern and
+    the codes, or inner product between normalised vectors) name the candidate documents; candidates are
+    ranked by exact MaxSim between the query's real-valued token vectors and all their token vectors.
+    """
+
+    def __init__(self, path: Path, k_prime: int = 256, batch_size: int = 32, device: str = "auto",
+                 threads: int | None = None, gpu: bool = True):
+        import faiss
+
+        from pipeline.training import resolve_device
+
+        path = Path(path)
+        if not is_complete(path):
+            raise PipelineError(f"{path}: not a finished code index (build it with python -m pipeline.index --kind codes)")
+        if k_prime <= 0:
+            raise PipelineError(f"k_prime must be positive, got {k_prime}")
+        _set_threads(threads)
+        self.path, self.k_prime, self.batch_size = path, k_prime, batch_size
+        self.meta = index_metadata(path)
+        self.name = self.kind = self.meta["kind"]
+        self.binary = self.kind == "codes"
+        self.device = resolve_device(device)
+        self.tokenizer, self.model, opts = load_encoder_checkpoint(path / ENCODER_FILE, self.device)
+        self.dim = opts["dim"]
+        self.query_max_length = opts["query_max_length"]
+        self.doc_ids: list[str] = json.loads((path / DOC_IDS_FILE).read_text(encoding="utf-8"))
+        self.token_docs = np.load(path / TOKEN_DOCS_FILE)
+        lengths = np.bincount(self.token_docs, minlength=len(self.doc_ids))
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.index_bytes = index_size_bytes(path)
+        reader = faiss.read_index_binary if self.binary else faiss.read_index
+        self._cpu_index = reader(str(path / FAISS_FILE))
+        width = self.dim // 8 if self.binary else self.dim
+        self.vectors = _stored_vectors(self._cpu_index, self.binary, int(self._cpu_index.ntotal), width)
+        self.index = _gpu_index(self._cpu_index, self.binary) if gpu else self._cpu_index
+        if hasattr(self._cpu_index, "hnsw"):
+            self._cpu_index.hnsw.efSearch = max(self._cpu_index.hnsw.efSearch, k_prime)
+
+    # query side
+    def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Each query's token vectors (``[tokens, dim]`` float32, L2-normalised; special tokens dropped)."""
+        result = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                ids, att = tokenize(self.tokenizer, texts[start : start + self.batch_size], self.query_max_length,
+                                    self.device)
+                with _autocast(self.device):
+                    q, mask = self.model.encode_queries(ids, att)
+                q, mask = q.float().cpu().numpy(), mask.cpu().numpy()
+                result.extend(q[row][mask[row]] for row in range(len(q)))
+        return result
+
+    # document side
+    def doc_vectors(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All token vectors of the given documents (float32; +-1 for codes) and each document's count."""
+        starts, ends = self.offsets[doc_numbers], self.offsets[doc_numbers + 1]
+        counts = ends - starts
+        total = int(counts.sum())
+        rows = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(total)
+        vectors = self.vectors[rows]
+        if self.binary:
+            vectors = unpack_codes(vectors, self.dim)
+        return vectors, counts
+
+    def maxsim_scores(self, query_vectors: np.ndarray, doc_numbers: np.ndarray, chunk: int = 256) -> np.ndarray:
+        """Exact MaxSim of one query against documents (each must have at least one vector)."""
+        scale = 1.0 / math.sqrt(self.dim) if self.binary else 1.0
+        scores = np.zeros(len(doc_numbers), dtype=np.float32)
+        if len(query_vectors) == 0:
+            return scores
+        for start in range(0, len(doc_numbers), chunk):
+            part = doc_numbers[start : start + chunk]
+            vectors, counts = self.doc_vectors(part)
+            sims = vectors @ query_vectors.T
+            bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            scores[start : start + len(part)] = np.maximum.reduceat(sims, bounds, axis=0).sum(axis=1) * scale
+        return scores
+
+    def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
+        """Documents of the ``k_prime`` nearest vectors of each query token (sorted doc numbers)."""
+        if len(query_vectors) == 0:
+            return np.zeros(0, dtype=np.int64)
+        k = min(self.k_prime, int(self._cpu_index.ntotal))
+        if self.index is not self._cpu_index:
+            k = min(k, GPU_MAX_K)
+        if self.binary:
+            _, labels = self.index.search(pack_codes(query_vectors), k)
+        else:
+            _, labels = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), k)
+        labels = labels[labels >= 0]
+        return np.unique(self.token_docs[labels]).astype(np.int64)
+
+    def _ranking(self, query: Query, vectors: np.ndarray, docs: np.ndarray, k: int) -> list[ScoredDoc]:
+        if len(docs) == 0:
+            return []
+        scores = self.maxsim_scores(vectors, docs)
+        hits = sorted(zip(scores.tolist(), (self.doc_ids[d] for d in docs)), key=lambda h: (-h[0], h[1]))
+        return [ScoredDoc(query.query_id, doc_id, float(score)) for score, doc_id in hits[:k]]
+
+    def search(self, queries: Iterable[Query], k: int = 1000, exhaustive: bool = False) -> Run:
+        """Top-``k`` documents for every query (score descending, ties by doc id). ``exhaustive`` scores every
+        document instead of the kNN candidates (brute-force MaxSim, for checks)."""
+        from tqdm.auto import tqdm
+
+        queries = list(queries)
+        run: Run = {}
+        everything = np.flatnonzero(np.diff(self.offsets) > 0)
+        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query", **_quiet(len(queries) >= 64)) as bar:
+            for start in range(0, len(queries), self.batch_size):
+                chunk = queries[start : start + self.batch_size]
+                for query, vectors in zip(chunk, self.encode_queries([q.text for q in chunk])):
+                    docs = everything if exhaustive else self.candidates(vectors)
+                    run[query.query_id] = self._ranking(query, vectors, docs, k)
+                bar.update(len(chunk))
+        return run
+
+    def close(self) -> None:
+        """Nothing to release (the index is in memory); for symmetry with BM25Retriever."""

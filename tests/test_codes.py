@@ -1,0 +1,449 @@
+"""Learned-code first stages (indexes.codes): bit packing, MaxSim, masking, contrastive training, faiss search
+against brute force, the index cache, atomic and resumable builds, determinism and errors.
+
+Everything runs on a tiny random BERT (2 layers, hidden 32) with MiniLM's tokenizer and a synthetic
+collection, on one thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from conftest import write
+from indexes import BM25Settings, FIRST_STAGES, make_first_stage
+from indexes import codes
+from indexes.codes import (
+    BatchSampler, CodeOptions, CodeRetriever, TokenCodeEncoder, build_code_index, contrastive_loss, encoder_path,
+    index_metadata, index_path, is_complete, maxsim, new_encoder, pack_codes, resolve_training, unpack_codes,
+)
+from pipeline.datasets import Dataset
+from pipeline.errors import PipelineError
+from pipeline.records import Doc, Qrel, Query
+from pipeline.training import seed_everything
+from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
+
+WORDS = ("apple river mountain music doctor garden winter ocean teacher window city dog cat bread train forest "
+         "paper summer energy market").split()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_faiss_thread():
+    faiss.omp_set_num_threads(1)
+    yield
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> str:
+    """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
+    from rerankers.encoders import load_encoder
+
+    tokenizer, _ = load_encoder()
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return tiny_dataset(WORDS)  # 16 queries (all in a train split), 64 docs, one relevant doc per query
+
+
+def small_options(encoder: str, **changes) -> CodeOptions:
+    options = CodeOptions(kind="codes", encoder=encoder, dim=16, steps=20, batch_size=4, learning_rate=1e-3,
+                          head_learning_rate=1e-2, hard_negatives=0, query_max_length=12, doc_max_length=24,
+                          shard_size=16, encode_batch_size=16, progress=False, device="cpu")
+    return dataclasses.replace(options, **changes)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("code-indexes")
+
+
+@pytest.fixture(scope="module")
+def built(tiny_encoder, dataset, root) -> dict[str, Path]:
+    return {kind: build_code_index(dataset, small_options(tiny_encoder, kind=kind), root) for kind in ("codes", "colbert")}
+
+
+# ------------------------------------------------------------------------------------ primitives
+
+
+def test_bit_packing_round_trip_matches_faiss_hamming():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((50, 24)).astype(np.float32)
+    values[0, :5] = 0.0  # zero counts as +1
+    packed = pack_codes(values)
+    assert packed.shape == (50, 3) and packed.dtype == np.uint8
+    signs = np.where(values >= 0, 1.0, -1.0)
+    assert np.array_equal(unpack_codes(packed, 24), signs)
+    assert np.array_equal(pack_codes(unpack_codes(packed, 24)), packed)
+    index = faiss.IndexBinaryFlat(24)
+    index.add(packed)
+    distances, labels = index.search(packed[:5], 50)
+    for row in range(5):
+        expected = (signs[labels[row]] != signs[row]).sum(axis=1)
+        assert np.array_equal(distances[row], expected)
+
+
+def test_maxsim_against_a_hand_computation():
+    q = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 9.0]]])           # third token is padding
+    q_mask = torch.tensor([[True, True, False]])
+    d = torch.tensor([[[0.5, 0.2], [0.1, 0.7], [5.0, 5.0]],             # third token is padding
+                      [[-1.0, -2.0], [0.0, 0.0], [0.0, 0.0]]])          # one real token
+    d_mask = torch.tensor([[True, True, False], [True, False, False]])
+    scores = maxsim(q, q_mask, d, d_mask)
+    # doc 0: max(0.5, 0.1) + max(0.2, 0.7) = 1.2; doc 1: -1 + -2 = -3
+    assert torch.allclose(scores, torch.tensor([[1.2, -3.0]]))
+    empty = maxsim(q, q_mask, d[:1], torch.zeros(1, 3, dtype=torch.bool))
+    assert torch.equal(empty, torch.zeros(1, 1))
+
+
+@pytest.mark.parametrize("kind", ["codes", "colbert"])
+def test_padding_and_special_tokens_never_change_a_score(tiny_encoder, kind):
+    seed_everything(1)
+    tokenizer, model = new_encoder(small_options(tiny_encoder, kind=kind))
+    model.eval()
+    ids, att = codes.tokenize(tokenizer, ["river apple"], 12)
+    assert model.token_mask(ids, att).tolist() == [[False, True, True, False]]  # [CLS] river apple [SEP]
+    docs = ["garden dog", "winter ocean teacher window city dog cat bread train forest paper summer"]
+    with torch.no_grad():
+        q, q_mask = model.encode_queries(ids, att)
+        alone_ids, alone_att = codes.tokenize(tokenizer, docs[:1], 24)
+        padded_ids, padded_att = codes.tokenize(tokenizer, docs, 24)
+        assert padded_ids.shape[1] > alone_ids.shape[1]
+        alone = model.score(q, q_mask, *model.encode_docs(alone_ids, alone_att)[:2])
+        padded = model.score(q, q_mask, *model.encode_docs(padded_ids, padded_att)[:2])
+        # the query padded too (by a longer query in its batch)
+        q2_ids, q2_att = codes.tokenize(tokenizer, ["river apple", "mountain music doctor garden winter"], 12)
+        q2, q2_mask = model.encode_queries(q2_ids, q2_att)
+        both = model.score(q2, q2_mask, *model.encode_docs(alone_ids, alone_att)[:2])
+    assert torch.allclose(alone[0, 0], padded[0, 0], atol=1e-5)
+    assert torch.allclose(alone[0, 0], both[0, 0], atol=1e-5)
+
+
+def test_training_lowers_the_loss(tiny_encoder, dataset):
+    options = small_options(tiny_encoder, steps=30)
+    source = resolve_training(dataset)
+    batch = BatchSampler(source, None, 8, 0, seed=5).sample()
+    seed_everything(options.seed)
+    tokenizer, initial = new_encoder(options)  # the same initialisation train_encoder starts from
+    initial.eval()
+    with torch.no_grad():
+        before = float(contrastive_loss(initial, tokenizer, batch, options)[1])
+    _, trained, report = codes.train_encoder(options, source)
+    with torch.no_grad():
+        after = float(contrastive_loss(trained, tokenizer, batch, options)[1])
+    assert after < 0.7 * before, (before, after)
+    assert len(report.losses) == 30 and report.queries == 16
+    assert np.mean(report.losses[-5:]) < np.mean(report.losses[:5])
+
+
+def test_batches_exclude_other_relevant_docs_from_a_querys_softmax(dataset):
+    source = resolve_training(dataset)
+    negatives = {q: [f"{q}-d1", f"{q}-d2"] for q in dataset.queries}
+    batch = BatchSampler(source, negatives, 4, 2, seed=0).sample()
+    assert len(batch.queries) == 4 and len(batch.docs) == 4 + 4 * 2
+    assert batch.targets == [0, 1, 2, 3]
+    assert not any(any(row) for row in batch.excluded)  # each query's only relevant doc is its target
+    # two queries sharing a relevant document: it never counts as a negative of either
+    docs = {d: Doc(d, d) for d in ("a", "b")}
+    shared = Dataset("shared", {"x": Query("x", "x"), "y": Query("y", "y")},
+                     [Qrel("x", "a", 1), Qrel("x", "b", 1), Qrel("y", "b", 1)], lambda: docs.values(), "shared",
+                     {"train": ["x", "y"]}, _store=docs)
+    sampler = BatchSampler(resolve_training(shared), None, 2, 0, seed=0)
+    for _ in range(10):
+        batch = sampler.sample()
+        targets = dict(zip(batch.queries, batch.targets))
+        for row, query in enumerate(batch.queries):
+            relevant = {"x": {"a", "b"}, "y": {"b"}}[query]
+            for column, text in enumerate(batch.docs):
+                assert batch.excluded[row][column] == (text in relevant and column != targets[query])
+
+
+# --------------------------------------------------------------------------------------- search
+
+
+@pytest.mark.parametrize("kind", ["codes", "colbert"])
+def test_search_agrees_with_brute_force_maxsim(built, dataset, kind):
+    path = built[kind]
+    meta = index_metadata(path)
+    assert meta["kind"] == kind and meta["documents"] == 64 and meta["vectors"] == 64 * 6
+    retriever = CodeRetriever(path, k_prime=meta["vectors"])
+    assert retriever.name == kind and retriever.index_bytes == os.path.getsize(path / codes.FAISS_FILE) > 0
+    queries = list(dataset.queries.values())
+    run = retriever.search(queries, k=10)
+    # brute force, by hand: every document's stored vectors against the query vectors
+    docs = np.array(json.loads((path / codes.DOC_IDS_FILE).read_text()))
+    token_docs = np.load(path / codes.TOKEN_DOCS_FILE)
+    stored = retriever.vectors
+    vectors = unpack_codes(stored, 16) / 4.0 if kind == "codes" else np.array(stored)  # 1/sqrt(16)
+    for query, q in zip(queries, retriever.encode_queries([q.text for q in queries])):
+        sims = q @ vectors.T
+        scores = np.array([sims[:, token_docs == d].max(axis=1).sum() for d in range(len(docs))])
+        order = sorted(range(len(docs)), key=lambda d: (-scores[d], docs[d]))[:10]
+        assert [h.doc_id for h in run[query.query_id]] == docs[order].tolist()
+        assert np.allclose([h.score for h in run[query.query_id]], scores[order], atol=1e-5)
+    assert run == retriever.search(queries, k=10, exhaustive=True)
+    q = retriever.encode_queries([queries[0].text])[0]
+    everything = np.arange(len(docs))
+    assert np.allclose(retriever.maxsim_scores(q, everything, chunk=5), retriever.maxsim_scores(q, everything))
+    # a small k' gives a subset of the candidates with the same exact scores
+    small = CodeRetriever(path, k_prime=2).search(queries, k=64)
+    full = retriever.search(queries, k=64)
+    for qid, hits in small.items():
+        exact = {h.doc_id: h.score for h in full[qid]}
+        assert hits and all(abs(exact[h.doc_id] - h.score) < 1e-5 for h in hits)
+
+
+@pytest.mark.parametrize("kind", ["codes", "colbert"])
+def test_index_holds_the_models_document_vectors(built, dataset, kind):
+    retriever = CodeRetriever(built[kind])
+    docs = list(dataset.docs_iter())[:5]
+    ids, att = codes.tokenize(retriever.tokenizer, [d.text for d in docs], 24)
+    with torch.no_grad():
+        vectors, mask, _ = retriever.model.encode_docs(ids, att, hard=True)
+    expected = vectors[mask].numpy()
+    stored = retriever.vectors[: len(expected)]
+    if kind == "codes":
+        assert np.array_equal(pack_codes(expected), stored)
+    else:
+        assert np.allclose(expected, stored, atol=1e-5)
+
+
+def test_binary_index_is_much_smaller_than_float(built):
+    binary, dense = (index_metadata(built[k])["index_bytes"] for k in ("codes", "colbert"))
+    assert binary * 8 < dense  # 2 bytes against 64 bytes per token vector, plus headers
+
+
+def test_trained_retriever_finds_the_relevant_documents(built, dataset):
+    from pipeline.evaluate import evaluate
+
+    for kind in ("codes", "colbert"):
+        run = CodeRetriever(built[kind]).search(dataset.queries.values(), 10)
+        assert evaluate(run, dataset.qrels, "R@10").aggregate["R@10"] > 0.3, kind
+
+
+# ------------------------------------------------------------------------------------ the cache
+
+
+def test_second_build_uses_the_cache(built, tiny_encoder, dataset, root, monkeypatch):
+    before = os.stat(built["codes"] / codes.META_FILE).st_mtime_ns
+
+    def no_docs():
+        raise AssertionError("documents iterated again")
+
+    def no_encoder(*args, **kwargs):
+        raise AssertionError("encoder loaded or trained again")
+
+    monkeypatch.setattr(codes, "train_encoder", no_encoder)
+    monkeypatch.setattr(codes, "load_encoder_checkpoint", no_encoder)
+    again = dataclasses.replace(dataset, docs_factory=no_docs, _store=None)
+    assert build_code_index(again, small_options(tiny_encoder), root) == built["codes"]
+    assert os.stat(built["codes"] / codes.META_FILE).st_mtime_ns == before
+    assert sorted(os.listdir(built["codes"])) == sorted(
+        [codes.META_FILE, codes.FAISS_FILE, codes.TOKEN_DOCS_FILE, codes.DOC_IDS_FILE, codes.ENCODER_FILE])
+    assert not [p for p in os.listdir(root) if p.endswith(".shards") or p.endswith(".tmp")]
+
+
+def test_cache_key_follows_options_and_data(tiny_encoder, dataset, root):
+    source = resolve_training(dataset)
+    base = small_options(tiny_encoder)
+    paths = {
+        index_path(dataset, base, source, root),
+        index_path(dataset, dataclasses.replace(base, kind="colbert"), source, root),
+        index_path(dataset, dataclasses.replace(base, dim=32), source, root),
+        index_path(dataset, dataclasses.replace(base, steps=21), source, root),
+        index_path(dataset, dataclasses.replace(base, seed=1), source, root),
+        index_path(dataset, dataclasses.replace(base, index_type="hnsw"), source, root),
+        index_path(dataclasses.replace(dataset, fingerprint="tiny-v2"), base, source, root),
+    }
+    assert len(paths) == 7
+    # search-time and speed options are not part of the key
+    same = dataclasses.replace(base, k_prime=7, shard_size=3, encode_batch_size=2, threads=1, progress=True)
+    assert index_path(dataset, same, source, root) == index_path(dataset, base, source, root)
+    assert encoder_path(dataclasses.replace(base, index_type="hnsw"), source, root) == encoder_path(base, source, root)
+
+
+def test_make_first_stage_codes_and_colbert(built, tiny_encoder, dataset, root):
+    assert "codes" in FIRST_STAGES and "colbert" in FIRST_STAGES
+    for kind in ("codes", "colbert"):
+        retriever = make_first_stage(kind, dataset, BM25Settings(index_root=root, codes=small_options(tiny_encoder)))
+        assert isinstance(retriever, CodeRetriever) and retriever.path == built[kind] and retriever.name == kind
+        # without options: the cached index of that kind
+        assert make_first_stage(kind, dataset, BM25Settings(index_root=root)).path == built[kind]
+        hits = retriever.search([dataset.queries["q0"]], 3)["q0"]
+        assert len(hits) == 3 and hits[0].score >= hits[-1].score
+
+
+def test_hnsw_index_type(tiny_encoder, dataset, tmp_path):
+    for kind in ("codes", "colbert"):
+        path = build_code_index(dataset, small_options(tiny_encoder, kind=kind, index_type="hnsw", hnsw_m=8), tmp_path)
+        retriever = CodeRetriever(path, k_prime=64)
+        queries = list(dataset.queries.values())[:4]
+        run = retriever.search(queries, 5)
+        assert run == retriever.search(queries, 5, exhaustive=True)
+
+
+# ---------------------------------------------------------------------------- atomic and resumable
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exception", [Interrupted("disk gone"), KeyboardInterrupt()])
+def test_interrupted_build_resumes_from_the_last_finished_shard(tiny_encoder, dataset, tmp_path, monkeypatch, exception):
+    options = small_options(tiny_encoder)  # 64 docs, 16 per shard: 4 shards
+    docs = list(dataset.docs_iter())
+
+    def breaking_docs():
+        yield from docs[:40]  # shards 0 and 1 finish, shard 2 is being filled
+        raise exception
+
+    broken = dataclasses.replace(dataset, docs_factory=breaking_docs)
+    with pytest.raises(type(exception)):
+        build_code_index(broken, options, tmp_path)
+    path = index_path(dataset, options, resolve_training(dataset), tmp_path)
+    assert not path.exists() and not is_complete(path)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    shards = tmp_path / f".{path.name}.shards"
+    assert sorted(p.name for p in shards.glob("shard-*.npz")) == ["shard-00000.npz", "shard-00001.npz"]
+
+    calls = []
+    original = TokenCodeEncoder.encode_docs
+
+    def counting(self, input_ids, attention_mask, hard=False):
+        if hard:
+            calls.append(input_ids.shape[0])
+        return original(self, input_ids, attention_mask, hard)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached encoder should be reused")
+
+    monkeypatch.setattr(TokenCodeEncoder, "encode_docs", counting)
+    monkeypatch.setattr(codes, "train_encoder", no_training)
+    assert build_code_index(dataset, options, tmp_path) == path
+    assert calls == [16, 16]  # only shards 2 and 3
+    assert is_complete(path) and not shards.exists()
+    # the resumed index is the one an uninterrupted build makes
+    monkeypatch.undo()
+    fresh = build_code_index(dataset, options, tmp_path / "fresh")
+    assert (fresh / codes.FAISS_FILE).read_bytes() == (path / codes.FAISS_FILE).read_bytes()
+    assert np.array_equal(np.load(fresh / codes.TOKEN_DOCS_FILE), np.load(path / codes.TOKEN_DOCS_FILE))
+
+
+def test_failed_assembly_leaves_no_index(tiny_encoder, dataset, tmp_path, monkeypatch):
+    def broken_index(options):
+        raise Interrupted("faiss failed")
+
+    monkeypatch.setattr(codes, "_new_faiss_index", broken_index)
+    with pytest.raises(Interrupted):
+        build_code_index(dataset, small_options(tiny_encoder), tmp_path)
+    path = index_path(dataset, small_options(tiny_encoder), resolve_training(dataset), tmp_path)
+    assert not path.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_same_seed_gives_identical_indexes_and_runs(tiny_encoder, dataset, built, tmp_path):
+    again = build_code_index(dataset, small_options(tiny_encoder, kind="colbert"), tmp_path)
+    assert (again / codes.FAISS_FILE).read_bytes() == (built["colbert"] / codes.FAISS_FILE).read_bytes()
+    queries = list(dataset.queries.values())
+    assert CodeRetriever(again).search(queries, 10) == CodeRetriever(built["colbert"]).search(queries, 10)
+    other = build_code_index(dataset, small_options(tiny_encoder, kind="colbert", seed=7), tmp_path)
+    assert (other / codes.FAISS_FILE).read_bytes() != (again / codes.FAISS_FILE).read_bytes()
+
+
+# --------------------------------------------------------------------------- training data, errors
+
+
+def no_split_dataset() -> Dataset:
+    """A dataset without a train split (like vaswani-npl)."""
+    docs = [Doc(f"n{i}", text) for i, text in enumerate(["apple river", "dog cat bread", "ocean summer energy"])]
+    return Dataset("nosplit", {"1": Query("1", "dog bread")}, [Qrel("1", "n1", 1)], lambda: list(docs), "nosplit-v1")
+
+
+def test_dataset_without_training_queries_needs_a_train_dataset(tiny_encoder, dataset, root, monkeypatch):
+    target = no_split_dataset()
+    with pytest.raises(PipelineError, match="no training queries.*--train-dataset"):
+        build_code_index(target, small_options(tiny_encoder), root)
+    with pytest.raises(PipelineError, match="no training queries"):
+        make_first_stage("codes", target, BM25Settings(index_root=root, codes=small_options(tiny_encoder)))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the encoder trained for the tiny dataset should be reused")
+
+    monkeypatch.setattr(codes, "train_encoder", no_training)
+    path = build_code_index(target, small_options(tiny_encoder), root, train_dataset=dataset)
+    meta = index_metadata(path)
+    assert meta["documents"] == 3 and meta["train"]["dataset"] == "tiny" and meta["train"]["queries"] == 16
+    assert CodeRetriever(path).search(target.queries.values(), 2)["1"]
+
+
+def test_training_source_rules(dataset):
+    assert resolve_training(dataset).query_ids == dataset.splits["train"]
+    other = no_split_dataset()
+    assert resolve_training(dataset, other).query_ids == ["1"]  # another dataset: all its judged queries
+    assert resolve_training(other, dataset).dataset is dataset
+    with pytest.raises(PipelineError, match="no training queries"):
+        resolve_training(other, "nosplit")  # its own name is itself
+
+
+def test_unknown_options_are_clear_errors(dataset):
+    with pytest.raises(PipelineError, match="unknown code index kind 'lsh'"):
+        CodeOptions(kind="lsh")
+    with pytest.raises(PipelineError, match="multiple of 8"):
+        CodeOptions(kind="codes", dim=12)
+    assert CodeOptions(kind="colbert", dim=12).dim == 12
+    with pytest.raises(PipelineError, match="unknown index type"):
+        CodeOptions(index_type="ivf")
+    with pytest.raises(PipelineError, match="unknown first stage 'codez'"):
+        make_first_stage("codez", dataset)
+
+
+def test_retriever_refuses_an_unfinished_index(tmp_path):
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / codes.FAISS_FILE).write_bytes(b"")
+    with pytest.raises(PipelineError, match="not a finished code index"):
+        CodeRetriever(tmp_path / "half")
+
+
+def test_index_cli(tmp_path, tiny_encoder, capsys, monkeypatch):
+    from pipeline import index as index_cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        index_cli.main(["--kind", "lsh"])
+    assert exit_info.value.code == 2
+    folder = tmp_path / "collection"
+    write(folder / "topics.tsv", "1\tdog bread\n")
+    write(folder / "qrels.txt", "1 0 n1 1\n")
+    write(folder / "docs.tsv", "n0\tapple river\nn1\tdog cat bread\n")
+    write(folder / "dataset.json", json.dumps({"format": "trec", "topics": "topics.tsv", "qrels": "qrels.txt",
+                                              "docs": "docs.tsv"}))
+    monkeypatch.setenv("PIPELINE_INDEX_DIR", str(tmp_path / "indexes"))
+    code = index_cli.main(["--dataset", str(folder), "--kind", "codes", "--encoder", tiny_encoder, "--steps", "2"])
+    assert code == 2
+    assert "no training queries" in capsys.readouterr().err
+
+
+def test_bm25_hard_negatives(tiny_encoder, dataset, tmp_path):
+    """Hard negatives come from the Lucene first stage: BM25's non-relevant documents, in rank order."""
+    source = resolve_training(dataset)
+    negatives = codes.bm25_negatives(dataset, source.query_ids, 3, tmp_path)
+    qrels = dataset.qrels_dict()
+    assert set(negatives) == set(source.query_ids)
+    assert all(len(docs) <= 3 and all(qrels[q].get(d, 0) <= 0 for d in docs) for q, docs in negatives.items())
+    assert sum(map(len, negatives.values())) > 0
+    path = build_code_index(dataset, small_options(tiny_encoder, hard_negatives=2, negative_depth=3, steps=3), tmp_path)
+    assert index_metadata(path)["options"]["hard_negatives"] == 2
