@@ -94,6 +94,17 @@ class PipelineResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def parse_weight(text: str) -> float:
+    """``--interpolate``'s fixed weight: a number in [0, 1]."""
+    try:
+        weight = float(text)
+    except ValueError:
+        raise PipelineError(f"--interpolate takes 'auto' or a weight in [0, 1], got {text!r}") from None
+    if not 0.0 <= weight <= 1.0:
+        raise PipelineError(f"--interpolate weight must be in [0, 1], got {weight}")
+    return weight
+
+
 def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     """The whole pipeline for parsed command-line arguments (see :func:`build_parser`)."""
     from indexes import BM25Settings, resolve_first_stage
@@ -142,6 +153,19 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     timings["rerank"] = time.perf_counter() - started
 
     name = args.name or default_run_name(dataset.name, first_stage, args.reranker, args.split)
+    interpolation = getattr(args, "interpolate", None)
+    if reranker is not None and interpolation:
+        from . import fusion
+
+        started = time.perf_counter()
+        if interpolation == "auto":
+            weight = fusion.fold_weights(folds, reranker, dataset, first_stage, k, settings)
+        else:
+            weight = parse_weight(interpolation)
+        final = fusion.interpolate(first, final, weight)
+        timings["interpolate"] = time.perf_counter() - started
+        if not args.name:
+            name += "-interp" if interpolation == "auto" else f"-interp{weight:g}"
     output_dir = Path(args.output_dir)
     run_path = write_run(output_dir / f"{name}.run", final, tag=name[:60])
 
@@ -183,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--config", help="JSON/YAML file of model options (--set wins)")
     model.add_argument("--folds", type=int, default=5, help="k for k-fold training on datasets without splits")
     model.add_argument("--retrain", action="store_true", help="train even when a cached model exists")
+    model.add_argument("--interpolate", metavar="W|auto",
+                       help="final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per "
+                            "query; 'auto' tunes W on each fold's dev queries (AP)")
     lucene = parser.add_argument_group("BM25 / RM3")
     lucene.add_argument("--k1", type=float, default=0.9)
     lucene.add_argument("--b", type=float, default=0.4)

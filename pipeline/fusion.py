@@ -1,0 +1,96 @@
+"""Interpolating a re-ranker's scores with the first stage's.
+
+Neural re-rankers trained on little data often know *what* matters (soft matches, context) but not how
+much exact-match evidence is worth; the first stage (QL, BM25) knows the latter. The usual remedy
+(Birch, Yang et al. 2019; the BERT row of HCAN's Table 3 comes from it) is a per-query linear
+interpolation of the two score lists after normalising each to [0, 1]::
+
+    score(d) = w * minmax(first_stage)(d) + (1 - w) * minmax(reranker)(d)
+
+``w = 0`` is the re-ranker alone and ``w = 1`` the first stage. :func:`tune_weight` picks ``w`` on held-out
+queries (never the ones it is applied to).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from .errors import PipelineError
+from .records import Qrel, Run, ScoredDoc
+
+#: weights tried by :func:`tune_weight`: 0, 0.05, ..., 1
+DEFAULT_GRID = tuple(round(i * 0.05, 2) for i in range(21))
+
+
+def minmax(hits: Sequence[ScoredDoc]) -> dict[str, float]:
+    """``doc_id -> score`` rescaled to [0, 1] within one query (all 0 when every score is equal)."""
+    if not hits:
+        return {}
+    low = min(h.score for h in hits)
+    span = max(h.score for h in hits) - low
+    return {h.doc_id: (h.score - low) / span if span > 0 else 0.0 for h in hits}
+
+
+def interpolate(first: Run, reranked: Run, weight: float | Mapping[str, float]) -> Run:
+    """The interpolated run (see the module docstring), ranked by the new score.
+
+    ``weight`` is one number or a ``query_id -> weight`` mapping (one per fold). Both runs must hold the
+    same candidates for each query of ``reranked``; a query or document missing from either is a
+    :class:`PipelineError` naming it.
+    """
+    result: Run = {}
+    for query_id, hits in reranked.items():
+        if query_id not in first:
+            raise PipelineError(f"interpolation: query {query_id!r} is re-ranked but not in the first-stage run")
+        w = weight[query_id] if isinstance(weight, Mapping) else weight
+        if not 0.0 <= w <= 1.0:
+            raise PipelineError(f"interpolation weight must be in [0, 1], got {w} (query {query_id!r})")
+        base, model = minmax(first[query_id]), minmax(hits)
+        if base.keys() != model.keys():
+            missing = sorted(base.keys() ^ model.keys())[:3]
+            raise PipelineError(f"interpolation: query {query_id!r}: the runs hold different candidates "
+                                f"(e.g. {', '.join(missing)})")
+        scored = [ScoredDoc(query_id, doc_id, w * base[doc_id] + (1 - w) * model[doc_id]) for doc_id in model]
+        result[query_id] = sorted(scored, key=lambda h: (-h.score, h.doc_id))
+    return result
+
+
+def tune_weight(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str = "AP",
+                grid: Sequence[float] = DEFAULT_GRID) -> tuple[float, dict[float, float]]:
+    """The weight of ``grid`` with the best mean ``metric`` (ir-measures name) over ``reranked``'s queries,
+    and every weight's value. Ties go to the smaller weight (more of the re-ranker)."""
+    import ir_measures
+
+    measure = ir_measures.parse_measure(metric)
+    judged = [q for q in qrels if q.query_id in reranked]
+    if not judged:
+        raise PipelineError("cannot tune the interpolation weight: no judged queries among the held-out ones")
+    qrels_list = [ir_measures.Qrel(q.query_id, q.doc_id, q.relevance) for q in judged]
+    values: dict[float, float] = {}
+    for w in grid:
+        run = interpolate(first, reranked, w)
+        scored = [ir_measures.ScoredDoc(h.query_id, h.doc_id, h.score) for hits in run.values() for h in hits]
+        values[w] = ir_measures.calc_aggregate([measure], qrels_list, scored)[measure]
+    best = max(grid, key=lambda w: (values[w], -w))
+    return best, values
+
+
+def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP"
+                 ) -> dict[str, float]:
+    """``query_id -> weight`` for every test query of ``folds``: each fold's weight is tuned on that fold's
+    dev queries (re-ranked by the fold's own model), so no weight is chosen on the queries it scores."""
+    import logging
+
+    from .run import rerank, retrieve
+
+    weights: dict[str, float] = {}
+    for fold in folds:
+        if not fold.dev:
+            raise PipelineError(f"fold {fold.name!r} has no dev queries to tune the interpolation weight on; "
+                                f"give a fixed weight (--interpolate 0.5)")
+        model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
+        dev_first = retrieve(dataset, first_stage, k, [dataset.queries[q] for q in fold.dev], settings)
+        best, _ = tune_weight(dev_first, rerank(model, dataset, dev_first), dataset.qrels, metric)
+        logging.getLogger(__name__).warning("fold %s: interpolation weight %.2f (best dev %s over %d queries)",
+                                            fold.name, best, metric, len(fold.dev))
+        weights.update({q: best for q in fold.test})
+    return weights

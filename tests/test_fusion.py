@@ -1,0 +1,74 @@
+"""Interpolation of re-ranker and first-stage scores (pipeline.fusion)."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline import fusion
+from pipeline.errors import PipelineError
+from pipeline.records import Qrel, ScoredDoc
+from pipeline.run import parse_weight
+
+
+def run(query_id, scores):
+    return {query_id: [ScoredDoc(query_id, d, s) for d, s in scores.items()]}
+
+
+FIRST = run("q", {"a": 10.0, "b": 8.0, "c": 2.0})       # first stage: a > b > c
+MODEL = run("q", {"a": -1.0, "b": 0.5, "c": 3.0})       # re-ranker:   c > b > a
+
+
+def order(result):
+    return [h.doc_id for h in result["q"]]
+
+
+def test_minmax_rescales_and_handles_ties():
+    assert fusion.minmax(FIRST["q"]) == {"a": 1.0, "b": 0.75, "c": 0.0}
+    assert fusion.minmax(run("q", {"x": 3.0, "y": 3.0})["q"]) == {"x": 0.0, "y": 0.0}
+
+
+def test_weights_zero_and_one_give_the_two_rankings():
+    assert order(fusion.interpolate(FIRST, MODEL, 0.0)) == ["c", "b", "a"]
+    assert order(fusion.interpolate(FIRST, MODEL, 1.0)) == ["a", "b", "c"]
+
+
+def test_interpolated_score_is_the_weighted_sum_of_normalised_scores():
+    result = {h.doc_id: h.score for h in fusion.interpolate(FIRST, MODEL, 0.3)["q"]}
+    # model min-max: a 0, b 0.375, c 1; first: a 1, b .75, c 0
+    assert result == pytest.approx({"a": 0.3, "b": 0.3 * 0.75 + 0.7 * 0.375, "c": 0.7})
+
+
+def test_per_query_weights():
+    first = {**FIRST, **run("r", {"x": 1.0, "y": 0.0})}
+    model = {**MODEL, **run("r", {"x": 0.0, "y": 1.0})}
+    result = fusion.interpolate(first, model, {"q": 1.0, "r": 0.0})
+    assert order(result) == ["a", "b", "c"] and [h.doc_id for h in result["r"]] == ["y", "x"]
+
+
+def test_different_candidates_are_an_error_naming_the_query():
+    with pytest.raises(PipelineError, match="'q'.*different candidates"):
+        fusion.interpolate(FIRST, run("q", {"a": 1.0, "b": 2.0, "z": 0.0}), 0.5)
+    with pytest.raises(PipelineError, match="'r'"):
+        fusion.interpolate(FIRST, run("r", {"a": 1.0}), 0.5)
+    with pytest.raises(PipelineError, match="in \\[0, 1\\]"):
+        fusion.interpolate(FIRST, MODEL, 1.5)
+
+
+def test_tune_weight_finds_the_weight_that_ranks_the_relevant_document_first():
+    # b is relevant: neither ranking alone puts it first, a mix of the two does
+    qrels = [Qrel("q", "b", 1)]
+    best, values = fusion.tune_weight(FIRST, MODEL, qrels, "AP")
+    assert values[0.0] == pytest.approx(0.5) and values[1.0] == pytest.approx(0.5)
+    assert values[best] == pytest.approx(1.0) and 0.0 < best < 1.0
+    assert min(w for w, v in values.items() if v == 1.0) == best   # ties go to the smaller weight
+
+
+def test_tune_weight_needs_judged_queries():
+    with pytest.raises(PipelineError, match="no judged queries"):
+        fusion.tune_weight(FIRST, MODEL, [Qrel("other", "a", 1)])
+
+
+@pytest.mark.parametrize("text, message", [("x", "'auto' or a weight"), ("1.5", "in \\[0, 1\\]")])
+def test_parse_weight_errors(text, message):
+    with pytest.raises(PipelineError, match=message):
+        parse_weight(text)
+    assert parse_weight("0.25") == 0.25
