@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--first-stage", default="auto")
     parser.add_argument("--k", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--interpolate", metavar="W|auto",
+                        help="also report each model interpolated with the first stage (pipeline.run --interpolate)")
     parser.add_argument("--output-dir", default="runs/reproduce")
     parser.add_argument("--output", help="write the Markdown table here (and .json beside it)")
     args = parser.parse_args()
@@ -53,22 +55,27 @@ def main() -> None:
     started = time.time()
     for reranker in args.reranker:
         for label, options in variants:
-            name = f"{reranker}{'-' + label if label else ''}"
+            plain = f"{reranker}{'-' + label if label else ''}"
             for seed in args.seeds:
-                argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
-                        "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
-                        "--output-dir", args.output_dir, "--threads", str(args.threads),
-                        "--name", f"{args.dataset}-{args.split or 'all'}-{name}-seed{seed}"]
-                if args.split:
-                    argv += ["--split", args.split]
-                for option in [*args.set, *options]:
-                    argv += ["--set", option]
-                result = run_pipeline(build_parser().parse_args(argv))
-                first, final = result.comparison.evaluations[0], result.comparison.evaluations[-1]
-                baseline = first.aggregate
-                for measure, value in final.aggregate.items():
-                    results.setdefault(name, {}).setdefault(measure, []).append(value)
-                print(f"{name} seed {seed}: {final.aggregate}", flush=True)
+                # the interpolated row reuses the model the plain row trained (same cache key)
+                for interpolate in [None, args.interpolate] if args.interpolate else [None]:
+                    name = plain if interpolate is None else f"{plain}+interp"
+                    argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
+                            "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
+                            "--output-dir", args.output_dir, "--threads", str(args.threads),
+                            "--name", f"{args.dataset}-{args.split or 'all'}-{name}-seed{seed}"]
+                    if args.split:
+                        argv += ["--split", args.split]
+                    for option in [*args.set, *options]:
+                        argv += ["--set", option]
+                    if interpolate:
+                        argv += ["--interpolate", interpolate]
+                    result = run_pipeline(build_parser().parse_args(argv))
+                    first, final = result.comparison.evaluations[0], result.comparison.evaluations[-1]
+                    baseline = first.aggregate
+                    for measure, value in final.aggregate.items():
+                        results.setdefault(name, {}).setdefault(measure, []).append(value)
+                    print(f"{name} seed {seed}: {final.aggregate}", flush=True)
 
     measures = list(baseline)
     lines = [f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s) -->",
