@@ -342,3 +342,23 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
     ran = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "runs")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0 and "loaded" in ran.stderr and "training hcan" not in ran.stderr
+
+    # --interpolate: the cached model's scores mixed with the first stage's, the weight tuned on dev
+    tuned = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "auto",
+                            "--output-dir", str(tmp_path / "runs")], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    assert "interpolation weight" in tuned.stderr and "training hcan" not in tuned.stderr
+    plain_run, = (tmp_path / "runs").glob("*hcan.run")
+    tuned_run, = (tmp_path / "runs").glob("*hcan-interp.run")
+    candidates = lambda path: sorted(tuple(line.split()[:3:2]) for line in path.read_text().splitlines())
+    assert candidates(plain_run) == candidates(tuned_run)
+    only_first = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "1",
+                                 "--output-dir", str(tmp_path / "runs")], cwd=REPO, env=env, capture_output=True,
+                                text=True, timeout=300)
+    assert only_first.returncode == 0, only_first.stderr[-2000:]
+    first_order = {}
+    for line in next((tmp_path / "runs").glob("*hcan-interp1.run")).read_text().splitlines():
+        first_order.setdefault(line.split()[0], []).append(line.split()[2])
+    shipped = load_local(tiny_dir).first_stage
+    assert first_order == {q: [h.doc_id for h in shipped[q]] for q in first_order}  # weight 1: first stage's order
