@@ -61,6 +61,7 @@ from pipeline.atomic import atomic_directory, atomic_write
 from pipeline.datasets import Dataset
 from pipeline.errors import PipelineError
 from pipeline.records import Query, Run, ScoredDoc
+from rerankers.blocks import maxsim as late_interaction
 
 log = logging.getLogger(__name__)
 
@@ -183,17 +184,9 @@ def unpack_codes(packed: np.ndarray, dim: int) -> np.ndarray:
 
 
 def maxsim(q, q_mask, d, d_mask):
-    """MaxSim scores of every query against every document: ``[Nq, Nd]``.
-
-    ``q`` is ``[Nq, Lq, dim]``, ``d`` is ``[Nd, Ld, dim]``, masks are boolean ``[N, L]``:
-    ``score(q, d) = sum over unmasked query tokens i of max over unmasked doc tokens j of q_i . d_j``
-    (0 for a document without tokens).
-    """
-    sims = torch.einsum("aid,bjd->abij", q, d)
-    sims = sims.masked_fill(~d_mask[None, :, None, :], float("-inf"))
-    best = sims.max(dim=-1).values
-    best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-    return (best * q_mask[:, None, :].to(best.dtype)).sum(dim=-1)
+    """MaxSim scores of every query against every document, ``[Nq, Nd]``: ``q`` is ``[Nq, Lq, dim]``, ``d``
+    ``[Nd, Ld, dim]``, masks boolean ``[N, L]`` (:func:`rerankers.blocks.maxsim` with ``all_pairs``)."""
+    return late_interaction(q, q_mask, d, d_mask, all_pairs=True)
 
 
 class TokenCodeEncoder(nn.Module):

@@ -85,6 +85,7 @@ from pipeline.errors import PipelineError
 from pipeline.records import Doc, Query
 
 from .blocks import masked_softmax
+from .blocks import maxsim as late_interaction
 from .transformer_base import LRUCache, TransformerReranker, pad_ids
 
 __all__ = [
@@ -160,15 +161,13 @@ def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, 
 
     Args:
         queries: ``[B, l, h]``; query_mask: ``[B, l]`` bool (True = real position).
-        docs: ``[B, t, h]``; doc_mask: ``[B, t]`` bool; every document has at least one real position.
+        docs: ``[B, t, h]``; doc_mask: ``[B, t]`` bool.
 
     Returns:
         ``[B]`` scores in ``[-l, l]``.
     """
-    cosine = F.normalize(queries, dim=-1, eps=1e-8) @ F.normalize(docs, dim=-1, eps=1e-8).transpose(1, 2)
-    cosine = cosine.masked_fill(~doc_mask[:, None, :], -2.0)  # below any cosine
-    best = cosine.max(dim=-1).values
-    return (best * query_mask.to(best.dtype)).sum(dim=-1)
+    return late_interaction(F.normalize(queries, dim=-1, eps=1e-8), query_mask,
+                            F.normalize(docs, dim=-1, eps=1e-8), doc_mask)
 
 
 class MAGCell(nn.Module):

@@ -753,3 +753,28 @@ def masked_dynamic_max_pool2d(
 
 
 __all__.append("masked_dynamic_max_pool2d")
+
+
+def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, doc_mask: torch.Tensor,
+           all_pairs: bool = False) -> torch.Tensor:
+    """Late-interaction (ColBERT/ADDAX) score: the sum over real query positions of the largest dot
+    product with a real document position, ``sum_i max_j q_i . d_j``.
+
+    Paired (default): ``queries`` ``[B, l, h]`` against ``docs`` ``[B, t, h]`` gives ``[B]``. With
+    ``all_pairs``: ``[Nq, l, h]`` against ``[Nd, t, h]`` gives ``[Nq, Nd]``. Masks are bool, True on real
+    positions; a document without real positions scores 0. Normalise the vectors first for cosines.
+    """
+    if all_pairs:
+        sims = torch.einsum("aih,bjh->abij", queries, docs)
+        sims = sims.masked_fill(~doc_mask[None, :, None, :], float("-inf"))
+        weights = query_mask[:, None, :]
+    else:
+        sims = queries @ docs.transpose(1, 2)
+        sims = sims.masked_fill(~doc_mask[:, None, :], float("-inf"))
+        weights = query_mask
+    best = sims.max(dim=-1).values
+    best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+    return (best * weights.to(best.dtype)).sum(dim=-1)
+
+
+__all__.append("maxsim")
