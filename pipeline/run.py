@@ -120,7 +120,11 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     dataset = load_dataset(args.dataset, args.mirror)
     reranker_cls = reranker_class(args.reranker)
     folds = None
-    if reranker_cls is None:
+    model_path = getattr(args, "model", None)
+    if model_path and reranker_cls is None:
+        raise PipelineError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
+    if reranker_cls is None or model_path:
+        # no training here: every query of the split (a given checkpoint never saw this collection's queries)
         queries = select_queries(dataset, args.split)
     else:
         from .training import make_protocol
@@ -142,7 +146,11 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     timings["first_stage"] = time.perf_counter() - started
 
     reranker = None
-    if reranker_cls is not None:
+    if model_path:
+        started = time.perf_counter()
+        reranker = reranker_cls.load(model_path)
+        timings["train_or_load"] = time.perf_counter() - started
+    elif reranker_cls is not None:
         from .training import obtain_reranker
 
         started = time.perf_counter()
@@ -159,6 +167,9 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
 
         started = time.perf_counter()
         if interpolation == "auto":
+            if folds is None:
+                raise PipelineError("--interpolate auto tunes on the training protocol's dev queries; with --model "
+                                    "give a fixed weight (--interpolate 0.5)")
             weight = fusion.fold_weights(folds, reranker, dataset, first_stage, k, settings)
         else:
             weight = parse_weight(interpolation)
@@ -207,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--config", help="JSON/YAML file of model options (--set wins)")
     model.add_argument("--folds", type=int, default=5, help="k for k-fold training on datasets without splits")
     model.add_argument("--retrain", action="store_true", help="train even when a cached model exists")
+    model.add_argument("--model", metavar="CHECKPOINT",
+                       help="re-rank with this saved model (e.g. trained on another dataset) instead of training")
     model.add_argument("--interpolate", metavar="W|auto",
                        help="final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per "
                             "query; 'auto' tunes W on each fold's dev queries (AP)")

@@ -362,3 +362,18 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
         first_order.setdefault(line.split()[0], []).append(line.split()[2])
     shipped = load_local(tiny_dir).first_stage
     assert first_order == {q: [h.doc_id for h in shipped[q]] for q in first_order}  # weight 1: first stage's order
+
+    # --model: re-rank with a saved checkpoint (no training, every query of the split)
+    checkpoint = next((tmp_path / "models").rglob("hcan-*.pt"))
+    reused = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", str(tiny_dir), "--split", "dev",
+                             "--reranker", "hcan", "--model", str(checkpoint), "--metrics", "AP",
+                             "--output-dir", str(tmp_path / "reused")], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert reused.returncode == 0, reused.stderr[-2000:]
+    assert "training" not in reused.stderr
+    run_lines = next((tmp_path / "reused").glob("*.run")).read_text().splitlines()
+    assert {line.split()[0] for line in run_lines} == {"dev/q0", "dev/q1"}
+    no_reranker = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", str(tiny_dir),
+                                  "--model", str(checkpoint)], cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=300)
+    assert no_reranker.returncode != 0 and "--model needs --reranker" in no_reranker.stderr
