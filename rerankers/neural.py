@@ -42,7 +42,60 @@ class TextConfig:
     max_vocabulary: int = 400_000
 
 
-class WordReranker:
+class TorchReranker:
+    """What every torch re-ranker shares (word-level and transformer): ``--set`` options applied to its
+    config dataclasses, and batched, length-sorted scoring without gradients.
+
+    A subclass provides ``option_configs()``, ``pair_length``, ``encode``, ``forward`` and ``module``
+    (and may override ``before_scoring`` to prepare a query's documents in one go).
+    """
+
+    name: ClassVar[str] = "torch"
+
+    def option_configs(self) -> list:
+        """The config dataclasses ``--set``/``--config`` options apply to."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], seed: int = 42):
+        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
+        from pipeline.training import apply_overrides
+
+        reranker = cls(seed=seed)
+        apply_overrides(reranker.option_configs(), options)
+        return reranker
+
+    def before_scoring(self, docs: Sequence[Doc]) -> None:
+        """Hook run once per :meth:`score` call before batching (default: nothing)."""
+
+    def score(self, query: Query, docs: Sequence[Doc]) -> list[float]:
+        """Scores of ``docs`` for ``query`` (eval mode, no gradients, batches of ``score_batch_size``)."""
+        import torch
+
+        if self.module is None:
+            raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
+        if not docs:
+            return []
+        if not self._threads_set:
+            from pipeline.training import set_threads
+
+            set_threads()
+            self._threads_set = True
+        self.module.eval()
+        self.before_scoring(docs)
+        size = max(1, self.train_config.score_batch_size)
+        order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))
+        scores = [0.0] * len(docs)
+        with torch.inference_mode():
+            for start in range(0, len(order), size):
+                chunk = order[start : start + size]
+                values = self.forward(self.encode([(query, docs[i]) for i in chunk])).float().cpu().tolist()
+                for index, value in zip(chunk, values):
+                    scores[index] = value
+        return scores
+
+
+class WordReranker(TorchReranker):
     """Word-level neural re-ranker: see the module docstring for what a subclass provides."""
 
     name: ClassVar[str] = "word"
@@ -75,14 +128,9 @@ class WordReranker:
         self._threads_set = False
 
     # -- construction ------------------------------------------------------------------------------
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], seed: int = 42) -> "WordReranker":
-        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
-        from pipeline.training import apply_overrides
-
-        reranker = cls(seed=seed)
-        apply_overrides([reranker.model_config, reranker.text_config, reranker.train_config], options)
-        return reranker
+    def option_configs(self) -> list:
+        """Model, text and training configs (the targets of ``--set``)."""
+        return [self.model_config, self.text_config, self.train_config]
 
     def build_module(self, embedding_weights):
         """The model's torch module (subclasses implement)."""
@@ -154,29 +202,6 @@ class WordReranker:
         return self.module(**{k: v.to(device) for k, v in batch.items()})
 
     # -- protocol ----------------------------------------------------------------------------------
-    def score(self, query: Query, docs: Sequence[Doc]) -> list[float]:
-        """Scores of ``docs`` for ``query`` (eval mode, no gradients, batches of ``score_batch_size``)."""
-        import torch
-
-        if self.module is None:
-            raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
-        if not self._threads_set:
-            from pipeline.training import set_threads
-
-            set_threads()
-            self._threads_set = True
-        self.module.eval()
-        size = self.train_config.score_batch_size
-        order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))
-        scores = [0.0] * len(docs)
-        with torch.inference_mode():
-            for start in range(0, len(order), size):
-                chunk = order[start : start + size]
-                values = self.forward(self.encode([(query, docs[i]) for i in chunk])).float().cpu().tolist()
-                for index, value in zip(chunk, values):
-                    scores[index] = value
-        return scores
-
     def fit(self, train, dev=None):
         """Train with :class:`pipeline.training.Trainer` (call :meth:`prepare` first)."""
         from pipeline.training import Trainer

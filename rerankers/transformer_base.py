@@ -45,6 +45,7 @@ from pipeline.records import Doc, Query
 from pipeline.training import Trainer
 
 from .encoders import DEFAULT_ENCODER, load_encoder
+from .neural import TorchReranker
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class AuxiliaryLossTrainer(Trainer):
         return loss if extra is None else loss + extra.to(loss.dtype)
 
 
-class TransformerReranker:
+class TransformerReranker(TorchReranker):
     """Re-ranker fine-tuning a pre-trained transformer encoder: see the module docstring."""
 
     name: ClassVar[str] = "transformer"
@@ -232,14 +233,9 @@ class TransformerReranker:
         self._threads_set = False
 
     # -- construction ------------------------------------------------------------------------------
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], seed: int = 42) -> "TransformerReranker":
-        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
-        from pipeline.training import apply_overrides
-
-        reranker = cls(seed=seed)
-        apply_overrides([reranker.model_config, reranker.encoder_config, reranker.train_config], options)
-        return reranker
+    def option_configs(self) -> list:
+        """Model, encoder and training configs (the targets of ``--set``)."""
+        return [self.model_config, self.encoder_config, self.train_config]
 
     def build_module(self, encoder):
         """The model's torch module around ``encoder`` (a pre-trained ``AutoModel``; subclasses implement)."""
@@ -348,31 +344,9 @@ class TransformerReranker:
         """Forget cached encoder outputs (after the weights change). Token caches stay valid."""
 
     # -- protocol ----------------------------------------------------------------------------------
-    def score(self, query: Query, docs: Sequence[Doc]) -> list[float]:
-        """Scores of ``docs`` for ``query`` (eval mode, no gradients, batches of ``score_batch_size``)."""
-        import torch
-
-        if self.module is None:
-            raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
-        if not docs:
-            return []
-        if not self._threads_set:
-            from pipeline.training import set_threads
-
-            set_threads()
-            self._threads_set = True
-        self.module.eval()
-        self.doc_ids(docs)  # tokenize the uncached documents in one call
-        size = max(1, self.train_config.score_batch_size)
-        order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))
-        scores = [0.0] * len(docs)
-        with torch.inference_mode():
-            for start in range(0, len(order), size):
-                chunk = order[start : start + size]
-                values = self.forward(self.encode([(query, docs[i]) for i in chunk])).float().cpu().tolist()
-                for index, value in zip(chunk, values):
-                    scores[index] = value
-        return scores
+    def before_scoring(self, docs: Sequence[Doc]) -> None:
+        """Tokenize the query's uncached documents in one tokenizer call."""
+        self.doc_ids(docs)
 
     def fit(self, train, dev=None):
         """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first."""
