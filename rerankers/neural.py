@@ -57,6 +57,16 @@ class TorchReranker:
         raise NotImplementedError
 
     @classmethod
+    def default_train_config(cls):
+        """A :class:`~pipeline.training.TrainConfig` with this model's ``train_defaults`` applied."""
+        from pipeline.training import TrainConfig
+
+        config = TrainConfig()
+        for key, value in getattr(cls, "train_defaults", {}).items():
+            setattr(config, key, value)
+        return config
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any], seed: int = 42):
         """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
         from pipeline.training import apply_overrides
@@ -109,15 +119,9 @@ class WordReranker(TorchReranker):
     text_defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, model_config=None, text_config: TextConfig | None = None, train_config=None, seed: int = 42):
-        from pipeline.training import TrainConfig
-
         self.model_config = model_config if model_config is not None else self.model_config_class()
         self.text_config = text_config or TextConfig(**self.text_defaults)
-        if train_config is None:
-            train_config = TrainConfig()
-            for key, value in self.train_defaults.items():
-                setattr(train_config, key, value)
-        self.train_config = train_config
+        self.train_config = train_config if train_config is not None else self.default_train_config()
         self.seed = seed
         self.vocab: Vocabulary | None = None
         self.idf: IDFStatistics | None = None

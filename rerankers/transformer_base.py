@@ -213,15 +213,9 @@ class TransformerReranker(TorchReranker):
 
     def __init__(self, model_config=None, encoder_config: EncoderConfig | None = None, train_config=None,
                  seed: int = 42):
-        from pipeline.training import TrainConfig
-
         self.model_config = model_config if model_config is not None else self.model_config_class(**self.model_defaults)
         self.encoder_config = encoder_config or EncoderConfig(**self.encoder_defaults)
-        if train_config is None:
-            train_config = TrainConfig()
-            for key, value in self.train_defaults.items():
-                setattr(train_config, key, value)
-        self.train_config = train_config
+        self.train_config = train_config if train_config is not None else self.default_train_config()
         self.seed = seed
         self.tokenizer = None
         self.special: SpecialTokens | None = None
