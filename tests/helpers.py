@@ -105,3 +105,16 @@ def fit_on_tiny_dataset(cls, tmp_path, words, settings, **options):
     reranker.prepare(train, dataset)
     report = reranker.fit(train)
     return reranker, report, train
+
+
+def relevant_wins(reranker, train) -> int:
+    """Training queries whose first relevant document outscores one random (seeded by query id) negative."""
+    import random
+
+    wins = 0
+    for query_id, query in train.queries.items():
+        positive = train.docs[train.positives(query_id)[0]]
+        negative = train.docs[random.Random(query_id).choice(train.negatives(query_id))]
+        relevant, other = reranker.score(query, [positive, negative])
+        wins += relevant > other
+    return wins

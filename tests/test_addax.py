@@ -7,7 +7,6 @@ fine-tunes the real MiniLM; one test loads the real default encoder and only sco
 from __future__ import annotations
 
 import math
-import random
 import time
 
 import pytest
@@ -23,7 +22,7 @@ from rerankers.addax import (
     AddaxNoMAGSReranker, AddaxReranker, HashingDenoiser, MAGCell, maxsim, positionwise,
 )
 from rerankers.transformer_base import AuxiliaryLossTrainer
-from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401  (autouse fixture)
+from tests.helpers import one_torch_thread, relevant_wins, tiny_dataset  # noqa: F401  (autouse fixture)
 
 NAMES = ["addax", "addax-no-mags", "addax-no-hw", "addax-no-hd", "addax-att-mags"]
 WORDS = ["apple", "river", "mountain", "guitar", "window", "coffee", "tiger", "planet", "garden", "silver",
@@ -339,13 +338,7 @@ def test_tiny_overfit_relevant_outranks_random(tiny_encoder):
     reranker, report, train = fit_tiny(tiny_encoder)
     losses = [epoch.loss for epoch in report.epochs]
     assert losses[-1] < 0.5 * losses[0], losses
-    wins = 0
-    for query_id, query in train.queries.items():
-        positive = train.docs[train.positives(query_id)[0]]
-        negative = train.docs[random.Random(query_id).choice(train.negatives(query_id))]
-        relevant, other = reranker.score(query, [positive, negative])
-        wins += relevant > other
-    assert wins == len(train.queries)
+    assert relevant_wins(reranker, train) == len(train.queries)
 
 
 def test_training_is_deterministic_under_a_seed(tiny_encoder):

@@ -4,7 +4,6 @@ loads the real default MiniLM and scores two pairs."""
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from pipeline.training import RankingData
 from rerankers import reranker_class
 from rerankers.cross_encoder import CrossEncoderReranker
 from rerankers.transformer_base import LRUCache, SpecialTokens
-from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401  (autouse fixture)
+from tests.helpers import one_torch_thread, relevant_wins, tiny_dataset  # noqa: F401  (autouse fixture)
 from tests.test_addax import DOCS, QUERY, WORDS, make_tiny_encoder
 
 
@@ -96,13 +95,7 @@ def test_tiny_overfit_relevant_outranks_random(tiny_encoder):
     reranker, report, train = fit_tiny(tiny_encoder)
     losses = [epoch.loss for epoch in report.epochs]
     assert losses[-1] < 0.25 * losses[0], losses
-    wins = 0
-    for query_id, query in train.queries.items():
-        positive = train.docs[train.positives(query_id)[0]]
-        negative = train.docs[random.Random(query_id).choice(train.negatives(query_id))]
-        relevant, other = reranker.score(query, [positive, negative])
-        wins += relevant > other
-    assert wins == len(train.queries)
+    assert relevant_wins(reranker, train) == len(train.queries)
 
 
 def test_training_is_deterministic_under_a_seed(tiny_encoder):
