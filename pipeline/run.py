@@ -123,6 +123,12 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     model_path = getattr(args, "model", None)
     if model_path and reranker_cls is None:
         raise PipelineError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
+    # checked before any work is done
+    interpolation = getattr(args, "interpolate", None)
+    weight = None if interpolation in (None, "auto") else parse_weight(interpolation)
+    if interpolation == "auto" and model_path:
+        raise PipelineError("--interpolate auto tunes on the training protocol's dev queries; with --model "
+                            "give a fixed weight (--interpolate 0.5)")
     if reranker_cls is None or model_path:
         # no training here: every query of the split (a given checkpoint never saw this collection's queries)
         queries = select_queries(dataset, args.split)
@@ -161,18 +167,12 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     timings["rerank"] = time.perf_counter() - started
 
     name = args.name or default_run_name(dataset.name, first_stage, args.reranker, args.split)
-    interpolation = getattr(args, "interpolate", None)
     if reranker is not None and interpolation:
         from . import fusion
 
         started = time.perf_counter()
         if interpolation == "auto":
-            if folds is None:
-                raise PipelineError("--interpolate auto tunes on the training protocol's dev queries; with --model "
-                                    "give a fixed weight (--interpolate 0.5)")
             weight = fusion.fold_weights(folds, reranker, dataset, first_stage, k, settings)
-        else:
-            weight = parse_weight(interpolation)
         final = fusion.interpolate(first, final, weight)
         timings["interpolate"] = time.perf_counter() - started
         if not args.name:
