@@ -695,6 +695,11 @@ def _load_builtin(name: str, requested: str | None = None) -> Dataset:
 
 
 def _files_fingerprint(paths: Iterable[Path]) -> str:
+    """Identity of a dataset's files for cache keys (trained models, indexes): file names and contents.
+
+    Content, not path or modification time: a data folder that is copied, moved or re-extracted (new
+    mtimes, same bytes) keeps its cached models and indexes; any changed byte gives a new key. The loaders
+    read every file whole anyway, so hashing adds one cheap pass."""
     digest = hashlib.sha1(f"loader-v{LOADER_VERSION}".encode())
     for path in paths:
         path = Path(path)
@@ -702,5 +707,13 @@ def _files_fingerprint(paths: Iterable[Path]) -> str:
             stat = path.stat()
         except FileNotFoundError:
             raise DataFormatError(path, None, "file not found") from None
-        digest.update(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        content = _content_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        digest.update(f"{path.name}:{stat.st_size}:{content}".encode())
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _content_digest(resolved: str, size: int, mtime_ns: int) -> str:
+    """SHA-1 of one file's bytes, memoised per process on (path, size, mtime)."""
+    with open(resolved, "rb") as handle:
+        return hashlib.file_digest(handle, "sha1").hexdigest()

@@ -170,6 +170,16 @@ def test_layout_detection_of_a_trec_directory(tmp_path):
     assert dataset.first_stage is None
 
 
+def test_fingerprint_follows_content_not_location_or_mtime(tmp_path):
+    # Cached models and indexes are keyed by it: a re-extracted copy of the same files must still hit them.
+    original = load_dataset(str(small_trec_collection(tmp_path / "a" / "mini"))).fingerprint
+    copy = small_trec_collection(tmp_path / "b" / "mini")
+    os.utime(copy / "docs.trec", ns=(10**18, 10**18))
+    assert load_dataset(str(copy)).fingerprint == original
+    write(copy / "docs.trec", "<DOC>\n<DOCNO>d1</DOCNO>\ncats purr\n</DOC>\n<DOC>\n<DOCNO>d2</DOCNO>\ndogs bork\n</DOC>\n")
+    assert load_dataset(str(copy)).fingerprint != original
+
+
 def test_layout_detection_failure_asks_for_a_manifest(tmp_path):
     write(tmp_path / "x" / "something.txt", "1\t2\n")
     with pytest.raises(DatasetNotFoundError, match="dataset.json"):
