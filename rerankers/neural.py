@@ -40,6 +40,7 @@ class TextConfig:
     embedding_dim: int = 300           # for word2vec and random (GloVe files fix their own)
     freeze_embeddings: bool = False
     max_vocabulary: int = 400_000
+    oov_init: str = "positive"          # rows of words the embeddings lack: positive | symmetric (embeddings.py)
 
 
 class TorchReranker:
@@ -158,7 +159,8 @@ class WordReranker(TorchReranker):
         self.idf = IDFStatistics.build(doc_tokens, phrases, max_n=max(self.phrase_lengths))
         train_texts = [tokenize(q.text) for q in train.queries.values()]
         train_texts += [self._tokens(train.docs[h.doc_id]) for hits in train.candidates.values() for h in hits]
-        weights = load_embeddings(config.embeddings, self.vocab, train_texts, config.embedding_dim, self.seed)
+        weights = load_embeddings(config.embeddings, self.vocab, train_texts, config.embedding_dim, self.seed,
+                                  config.oov_init)
         torch.manual_seed(self.seed)
         self.embedding_shape = tuple(weights.shape)
         self.module = self.build_module(torch.from_numpy(weights))

@@ -138,6 +138,21 @@ def test_text_vectors_file_and_its_errors(tmp_path):
         load_embeddings("no-such-source", vocab)
 
 
+def test_oov_rows_positive_by_default_symmetric_on_request():
+    words = [[f"unknownword{i}" for i in range(200)]]
+    vocab = Vocabulary.build(words)
+    rows = lambda init: load_embeddings("random", vocab, dim=50, seed=3, oov_init=init)[2:]  # skip pad, OOV ids
+    unit = lambda m: m / np.linalg.norm(m, axis=1, keepdims=True)
+    mean_cosine = lambda m: float((unit(m) @ unit(m).T)[np.triu_indices(len(m), 1)].mean())
+    positive, symmetric = rows("positive"), rows("symmetric")
+    assert positive.min() >= 0.0 and positive.max() <= 0.1
+    assert mean_cosine(positive) > 0.7  # two unknown words look alike to a cosine ...
+    assert abs(mean_cosine(symmetric)) < 0.05  # ... unless their vectors are centred
+    assert np.abs(symmetric).max() <= np.sqrt(3 / 50) and symmetric.min() < 0
+    with pytest.raises(PipelineError, match="oov_init"):
+        load_embeddings("random", vocab, dim=50, oov_init="zeros")
+
+
 # ------------------------------------------------------------------------------------------- options
 
 
