@@ -7,7 +7,8 @@ BENCHMARKS.md.
 
 Each (variant, seed) is one ``pipeline.run`` (trained models are cached under ``models/``, runs written to
 ``--output-dir``); the table gives the first stage's scores, then mean ± sample standard deviation over
-seeds and the per-seed values of each variant.
+seeds and the per-seed values of each variant. With ``--output``, the table is rewritten after every run,
+marked partial until the last one, so a stopped benchmark keeps what it measured.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def main() -> None:
     baseline: dict[str, float] = {}
     command = " ".join(sys.argv)
     started = time.time()
+    planned = len(args.reranker) * len(variants) * len(args.seeds) * (2 if args.interpolate else 1)
+    done = 0
     for reranker in args.reranker:
         for label, options in variants:
             plain = f"{reranker}{'-' + label if label else ''}"
@@ -73,12 +76,22 @@ def main() -> None:
                     result = run_pipeline(build_parser().parse_args(argv))
                     first, final = result.comparison.evaluations[0], result.comparison.evaluations[-1]
                     baseline = first.aggregate
+                    results.setdefault(name, {"seeds": []})["seeds"].append(seed)
                     for measure, value in final.aggregate.items():
-                        results.setdefault(name, {}).setdefault(measure, []).append(value)
+                        results[name].setdefault(measure, []).append(value)
                     print(f"{name} seed {seed}: {final.aggregate}", flush=True)
+                    done += 1
+                    if args.output:  # after every run, so a stopped benchmark keeps what it measured
+                        status = "" if done == planned else f"; partial: {done} of {planned} runs"
+                        header = f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s{status})"
+                        write_outputs(args.output, header, baseline, results, command)
+    print(render_table(f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s)", baseline, results))
 
+
+def render_table(header: str, baseline: dict[str, float], results: dict[str, dict[str, list]]) -> str:
+    """The Markdown table: first stage, then mean ± sample sd over seeds and per-seed values of each row."""
     measures = list(baseline)
-    lines = [f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s) -->",
+    lines = [f"<!-- {header} -->",
              "| model | " + " | ".join(measures) + " | per seed |", "|---|" + "---|" * (len(measures) + 1)]
     lines.append("| first stage | " + " | ".join(f"{baseline[m]:.4f}" for m in measures) + " | |")
     for name, values in results.items():
@@ -87,18 +100,20 @@ def main() -> None:
             series = values[measure]
             spread = statistics.stdev(series) if len(series) > 1 else 0.0
             cells.append(f"{statistics.mean(series):.4f} ± {spread:.4f}")
-        per_seed = "; ".join("/".join(f"{values[m][i]:.4f}" for m in measures) for i in range(len(args.seeds)))
+        per_seed = "; ".join("/".join(f"{values[m][i]:.4f}" for m in measures) for i in range(len(values["seeds"])))
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {per_seed} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.output:
-        from pipeline.atomic import atomic_write
+    return "\n".join(lines)
 
-        with atomic_write(args.output) as handle:
-            handle.write(text + "\n")
-        with atomic_write(Path(args.output).with_suffix(".json")) as handle:
-            json.dump({"command": command, "first_stage": baseline, "results": results, "seeds": args.seeds}, handle,
-                      indent=1)
+
+def write_outputs(output: str, header: str, baseline: dict[str, float], results: dict[str, dict[str, list]],
+                  command: str) -> None:
+    """Write the table to ``output`` and the raw values to the ``.json`` beside it, each atomically."""
+    from pipeline.atomic import atomic_write
+
+    with atomic_write(output) as handle:
+        handle.write(render_table(header, baseline, results) + "\n")
+    with atomic_write(Path(output).with_suffix(".json")) as handle:
+        json.dump({"command": command, "first_stage": baseline, "results": results}, handle, indent=1)
 
 
 if __name__ == "__main__":
