@@ -37,16 +37,20 @@ OOV_LOW, OOV_HIGH = 0.0, 0.1
 OOV_INITS = ("positive", "symmetric")
 
 
+def oov_bounds(oov_init: str, dim: int) -> tuple[float, float]:
+    """The uniform range rows of unknown words are drawn from, for ``oov_init`` (module docstring)."""
+    if oov_init == "positive":
+        return OOV_LOW, OOV_HIGH
+    if oov_init == "symmetric":
+        high = float(np.sqrt(3.0 / dim))
+        return -high, high
+    raise PipelineError(f"unknown oov_init {oov_init!r}: use one of {', '.join(OOV_INITS)}")
+
+
 def _fill(vocab: Vocabulary, dim: int, known: dict[str, np.ndarray], seed: int,
           oov_init: str = "positive") -> tuple[np.ndarray, int]:
     rng = np.random.default_rng(seed)
-    if oov_init == "positive":
-        low, high = OOV_LOW, OOV_HIGH
-    elif oov_init == "symmetric":
-        high = float(np.sqrt(3.0 / dim))
-        low = -high
-    else:
-        raise PipelineError(f"unknown oov_init {oov_init!r}: use one of {', '.join(OOV_INITS)}")
+    low, high = oov_bounds(oov_init, dim)
     matrix = rng.uniform(low, high, size=(len(vocab), dim)).astype(np.float32)
     matrix[PAD_ID] = 0.0
     hits = 0
@@ -125,8 +129,7 @@ def load_embeddings(source: str, vocab: Vocabulary, sentences: Iterable[Sequence
                     seed: int = 0, oov_init: str = "positive") -> np.ndarray:
     """Embedding matrix ``[len(vocab), dim]`` from a source name or file path (see the module docstring);
     ``oov_init`` says how rows of words the source lacks are drawn."""
-    if oov_init not in OOV_INITS:
-        raise PipelineError(f"unknown oov_init {oov_init!r}: use one of {', '.join(OOV_INITS)}")
+    oov_bounds(oov_init, dim)  # a bad name fails here, before vectors are loaded or trained
     if source == "glove-6b-50d":
         return glove_6b_50d(vocab, seed, oov_init)
     if source == "word2vec":
