@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.datasets import load_dataset  # noqa: E402
 from pipeline.run import build_parser  # noqa: E402
 from pipeline.training import obtain_reranker, set_threads  # noqa: E402
+from reproduce import render_table, write_outputs  # noqa: E402  (benchmarks/ is this script's folder)
 
 
 def ranks_of_own_abstract(scores: np.ndarray) -> np.ndarray:
@@ -74,14 +74,13 @@ def main() -> None:
     test = sorted(dataset.splits[args.split])
     store = dataset.doc_store()
     abstracts = [store[q] for q in test]
-    rows: list[tuple[str, list[float], list[float]]] = []
     started = time.time()
 
     ranks = ranks_of_own_abstract(bm25_scores(dataset, test, args.threads))
-    rows.append(("BM25 (test abstracts)", [float(np.mean(ranks == 1))], [float(np.mean(1 / ranks))]))
-    print(f"BM25: P@1 {rows[-1][1][0]:.4f} MRR {rows[-1][2][0]:.4f}", flush=True)
+    bm25 = {"P@1": float(np.mean(ranks == 1)), "MRR": float(np.mean(1 / ranks))}
+    print(f"BM25 over the test abstracts: {bm25}", flush=True)
+    results: dict[str, dict[str, list]] = {}
     for name in args.reranker:
-        p_at_1, mrr = [], []
         for seed in args.seeds:
             argv = ["--dataset", args.dataset, "--split", args.split, "--reranker", name, "--seed", str(seed),
                     "--k", str(args.k), "--threads", str(args.threads)]
@@ -90,26 +89,19 @@ def main() -> None:
             reranker = obtain_reranker(name, dataset, build_parser().parse_args(argv))
             scores = np.array([reranker.score(dataset.queries[q], abstracts) for q in test], dtype=np.float64)
             ranks = ranks_of_own_abstract(scores)
-            p_at_1.append(float(np.mean(ranks == 1)))
-            mrr.append(float(np.mean(1 / ranks)))
-            print(f"{name} seed {seed}: P@1 {p_at_1[-1]:.4f} MRR {mrr[-1]:.4f}", flush=True)
-        rows.append((name, p_at_1, mrr))
+            row = results.setdefault(name, {"seeds": [], "P@1": [], "MRR": []})
+            row["seeds"].append(seed)
+            row["P@1"].append(float(np.mean(ranks == 1)))
+            row["MRR"].append(float(np.mean(1 / ranks)))
+            print(f"{name} seed {seed}: P@1 {row['P@1'][-1]:.4f} MRR {row['MRR'][-1]:.4f}", flush=True)
 
-    spread = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-    lines = [f"<!-- {' '.join(sys.argv)} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s; "
-             f"{len(test)} titles x {len(test)} abstracts) -->",
-             "| model | P@1 | MRR | per seed (P@1/MRR) |", "|---|---|---|---|"]
-    for name, p1, rr in rows:
-        per_seed = "; ".join(f"{a:.4f}/{b:.4f}" for a, b in zip(p1, rr))
-        lines.append(f"| {name} | {statistics.mean(p1):.4f} ± {spread(p1):.4f} | "
-                     f"{statistics.mean(rr):.4f} ± {spread(rr):.4f} | {per_seed} |")
-    text = "\n".join(lines)
-    print(text)
+    command = " ".join(sys.argv)
+    # the table's "first stage" row is BM25 over the test abstracts, the reference of this protocol
+    header = (f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s; {len(test)} titles x "
+              f"{len(test)} abstracts; first stage = BM25 over the test abstracts)")
+    print(render_table(header, bm25, results))
     if args.output:
-        from pipeline.atomic import atomic_write
-
-        with atomic_write(args.output) as handle:
-            handle.write(text + "\n")
+        write_outputs(args.output, header, bm25, results, command)
 
 
 if __name__ == "__main__":
