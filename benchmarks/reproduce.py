@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -25,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.run import build_parser, run_pipeline  # noqa: E402
 
 
-def main() -> None:
+def reproduce_parser() -> argparse.ArgumentParser:
+    """The command line of this script (also used by ``merge_results.py`` to compare protocols)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--split")
@@ -43,7 +45,11 @@ def main() -> None:
                         help="also report each model interpolated with the first stage (pipeline.run --interpolate)")
     parser.add_argument("--output-dir", default="runs/reproduce")
     parser.add_argument("--output", help="write the Markdown table here (and .json beside it)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = reproduce_parser().parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
 
     variants = []
@@ -52,7 +58,7 @@ def main() -> None:
         variants.append((label, [o for o in options.split(",") if o]))
     results: dict[str, dict[str, list[float]]] = {}
     baseline: dict[str, float] = {}
-    command = " ".join(sys.argv)
+    command = shlex.join(sys.argv)  # quoted, so the recorded command can be run (and parsed) again
     started = time.time()
     planned = len(args.reranker) * len(variants) * len(args.seeds) * (2 if args.interpolate else 1)
     done = 0

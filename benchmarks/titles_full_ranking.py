@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -95,7 +96,7 @@ def main() -> None:
             row["MRR"].append(float(np.mean(1 / ranks)))
             print(f"{name} seed {seed}: P@1 {row['P@1'][-1]:.4f} MRR {row['MRR'][-1]:.4f}", flush=True)
 
-    command = " ".join(sys.argv)
+    command = shlex.join(sys.argv)  # quoted, so the recorded command can be run (and parsed) again
     # the table's "first stage" row is BM25 over the test abstracts, the reference of this protocol
     header = (f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s; {len(test)} titles x "
               f"{len(test)} abstracts; first stage = BM25 over the test abstracts)")
