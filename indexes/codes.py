@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.atomic import atomic_directory, atomic_write
+from pipeline.progress import progress_switch
 from pipeline.datasets import Dataset
 from pipeline.errors import PipelineError
 from pipeline.records import Query, Run, ScoredDoc
@@ -281,11 +282,6 @@ def _autocast(device):
     return contextlib.nullcontext()
 
 
-def _quiet(progress: bool) -> dict:
-    """tqdm keyword arguments: none when progress is wanted (so ``TQDM_DISABLE=1`` still works), else off."""
-    return {} if progress else {"disable": True}
-
-
 def _set_threads(threads: int | None) -> None:
     from pipeline.training import set_threads
 
@@ -471,7 +467,8 @@ def train_encoder(options: CodeOptions, source: TrainingSource, negatives: dict[
     losses: list[float] = []
     started = time.perf_counter()
     model.train()
-    bar = tqdm(range(options.steps), desc=f"training {options.kind} encoder", unit="step", **_quiet(options.progress))
+    bar = tqdm(range(options.steps), desc=f"training {options.kind} encoder", unit="step",
+               **progress_switch(options.progress))
     for step in bar:
         for group, lr in zip(optimizer.param_groups, base):
             group["lr"] = lr * min(1.0, (step + 1) / warmup)
@@ -691,7 +688,7 @@ def build_code_index(
     shard_files = []
     resumed = 0
     with tqdm(total=total, desc=f"encoding {dataset.name} docs ({options.kind})", unit="doc",
-              **_quiet(options.progress)) as bar:
+              **progress_switch(options.progress)) as bar:
         for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
             shard = shards / f"shard-{number:05d}.npz"
             ids = [doc.doc_id for doc in chunk]
@@ -907,7 +904,8 @@ class CodeRetriever:
         queries = list(queries)
         run: Run = {}
         everything = np.flatnonzero(np.diff(self.offsets) > 0)
-        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query", **_quiet(len(queries) >= 64)) as bar:
+        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query",
+                  **progress_switch(len(queries) >= 64)) as bar:
             for start in range(0, len(queries), self.batch_size):
                 chunk = queries[start : start + self.batch_size]
                 for query, vectors in zip(chunk, self.encode_queries([q.text for q in chunk])):

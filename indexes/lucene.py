@@ -24,6 +24,7 @@ from typing import Iterable
 from pipeline.atomic import atomic_directory, atomic_write
 from pipeline.datasets import Dataset
 from pipeline.errors import PipelineError
+from pipeline.progress import progress_switch
 from pipeline.records import Query, Run, ScoredDoc
 
 from .jvm import anserini_class
@@ -156,7 +157,8 @@ class BM25Retriever:
         ArrayList = anserini_class("java.util.ArrayList")
         queries = list(queries)
         run: Run = {}
-        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query", disable=len(queries) < batch_size) as bar:
+        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query",
+                  **progress_switch(len(queries) >= batch_size)) as bar:
             for start in range(0, len(queries), batch_size):
                 chunk = queries[start : start + batch_size]
                 texts, ids = ArrayList(), ArrayList()

@@ -158,7 +158,10 @@ class WordReranker(TorchReranker):
         phrases = [g for tokens in query_tokens for n in self.phrase_lengths if n > 1 for g in ngrams(tokens, n)]
         self.idf = IDFStatistics.build(doc_tokens, phrases, max_n=max(self.phrase_lengths))
         train_texts = [tokenize(q.text) for q in train.queries.values()]
-        train_texts += [self._tokens(train.docs[h.doc_id]) for hits in train.candidates.values() for h in hits]
+        # each candidate document once: a document in many candidate lists would otherwise be repeated in
+        # the corpus (over-weighted, and word2vec's training time grows with depth x queries)
+        candidate_ids = dict.fromkeys(h.doc_id for hits in train.candidates.values() for h in hits)
+        train_texts += [self._tokens(train.docs[doc_id]) for doc_id in candidate_ids]
         weights = load_embeddings(config.embeddings, self.vocab, train_texts, config.embedding_dim, self.seed,
                                   config.oov_init)
         torch.manual_seed(self.seed)
