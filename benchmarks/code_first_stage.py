@@ -68,6 +68,32 @@ def timed_run(retriever, queries, k: int):
     return run, elapsed / max(1, len(queries))
 
 
+def code_saturation(index: Path, dataset: Dataset, every: int = 16, batch: int = 32) -> str:
+    """How close the binary encoder's training-time codes ``tanh(alpha x)`` are to the ``sign(x)`` stored in
+    the index, over the tokens of every ``every``-th document: the share of dimensions with
+    ``|tanh(alpha x)| > 0.9`` and the mean cosine between the two codes of a token."""
+    import torch
+
+    from indexes.codes import ENCODER_FILE, load_encoder_checkpoint, tokenize
+
+    tokenizer, model, opts = load_encoder_checkpoint(Path(index) / ENCODER_FILE)
+    texts = [doc.text for i, doc in enumerate(dataset.docs_iter()) if i % every == 0]
+    saturated, values, cosines = 0, 0, []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch):
+            ids, attention = tokenize(tokenizer, texts[start:start + batch], opts["doc_max_length"])
+            projected, mask = model.project_tokens(ids, attention)
+            projected = projected[mask]
+            soft = torch.tanh(opts["alpha"] * projected)
+            hard = torch.where(projected >= 0, 1.0, -1.0)
+            saturated += int((soft.abs() > 0.9).sum())
+            values += soft.numel()
+            cosines.append(torch.nn.functional.cosine_similarity(soft, hard, dim=-1))
+    cosine = torch.cat(cosines).mean().item()
+    return (f"{len(texts)} documents, {values // opts['dim']} tokens: {saturated / values:.1%} of code values have "
+            f"|tanh(alpha x)| > 0.9; mean cosine(tanh(alpha x), sign(x)) per token {cosine:.3f}")
+
+
 def benchmark(name: str, args) -> tuple[list[str], list[str]]:
     from indexes.codes import CodeOptions, CodeRetriever, build_code_index, index_metadata
 
@@ -90,6 +116,8 @@ def benchmark(name: str, args) -> tuple[list[str], list[str]]:
                      f"encoder trained on {meta['train']['description']} ({meta['train']['queries']} queries, "
                      f"{report.get('steps')} steps, loss {report.get('first_loss')} -> {report.get('last_loss')}); "
                      f"built in {meta['seconds']} s (this call {time.perf_counter() - started:.1f} s)")
+        if kind == "codes":
+            notes.append(f"- {dataset.name} codes, saturation of the trained codes: {code_saturation(path, dataset)}")
         retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads)
         results[kind] = (retriever, retriever.index_bytes, meta["train"]["description"])
     for spec, (retriever, size, trained_on) in results.items():
