@@ -84,9 +84,12 @@ def load_result(path: Path) -> dict:
         if key not in data:
             raise PipelineError(f"{path}: no '{key}' field; expected a reproduce.py result file")
     for name, row in data["results"].items():
+        if "seeds" not in row and "seeds" in data:
+            # older reproduce.py files hold one top-level seeds list, shared by every row
+            row["seeds"] = list(data["seeds"])
         if "seeds" not in row:
-            raise PipelineError(f"{path}: row '{name}' has no 'seeds' list (written by an older reproduce.py); "
-                                "its per-seed values cannot be matched to seeds")
+            raise PipelineError(f"{path}: row '{name}' has no 'seeds' list; its per-seed values cannot be "
+                                "matched to seeds")
         for measure, values in row.items():
             if len(values) != len(row["seeds"]):
                 raise PipelineError(f"{path}: row '{name}' has {len(values)} values of {measure} for "

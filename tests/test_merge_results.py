@@ -76,6 +76,16 @@ def test_quoted_and_unquoted_metrics_are_the_same_protocol(tmp_path):
     assert results["knrm"]["seeds"] == [1, 2]
 
 
+def test_older_files_with_one_top_level_seeds_list_are_read(tmp_path):
+    old = _write(tmp_path / "old.json", "--reranker knrm", "1", {"knrm": {"P@1": [0.1], "RR": [0.2]}})
+    data = json.loads(old.read_text())
+    data["seeds"] = [1]
+    old.write_text(json.dumps(data))
+    new = _write(tmp_path / "new.json", "--reranker knrm", "2", {"knrm": {"seeds": [2], "P@1": [0.3], "RR": [0.4]}})
+    _, results, _ = merge_results.merge([old, new])
+    assert results["knrm"] == {"seeds": [1, 2], "P@1": [0.1, 0.3], "RR": [0.2, 0.4]}
+
+
 def test_files_without_seeds_are_refused(tmp_path):
     old = _write(tmp_path / "old.json", "--reranker knrm", "1", {"knrm": {"P@1": [0.1], "RR": [0.2]}})
     with pytest.raises(PipelineError, match="no 'seeds' list"):
