@@ -84,8 +84,7 @@ def code_saturation(index: Path, dataset: Dataset, every: int = 16, batch: int =
             ids, attention = tokenize(tokenizer, texts[start:start + batch], opts["doc_max_length"])
             projected, mask = model.project_tokens(ids, attention)
             projected = projected[mask]
-            soft = torch.tanh(opts["alpha"] * projected)
-            hard = torch.where(projected >= 0, 1.0, -1.0)
+            soft, hard = model.binary_codes(projected), model.binary_codes(projected, hard=True)
             saturated += int((soft.abs() > 0.9).sum())
             values += soft.numel()
             cosines.append(torch.nn.functional.cosine_similarity(soft, hard, dim=-1))

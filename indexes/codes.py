@@ -235,11 +235,12 @@ class TokenCodeEncoder(nn.Module):
         """Document token vectors: binary ``tanh(alpha x)`` (``hard``: ``sign``), float L2-normalised.
         Returns ``(vectors, mask, projections)``; masked positions are zero."""
         x, mask = self.project_tokens(input_ids, attention_mask)
-        if self.binary:
-            vectors = torch.where(x >= 0, 1.0, -1.0) if hard else torch.tanh(self.alpha * x)
-        else:
-            vectors = F.normalize(x, dim=-1)
+        vectors = self.binary_codes(x, hard) if self.binary else F.normalize(x, dim=-1)
         return vectors * mask[..., None], mask, x
+
+    def binary_codes(self, x, hard: bool = False):
+        """Codes of projections ``x``: ``tanh(alpha x)`` while training, ``sign(x)`` (0 -> +1) when ``hard``."""
+        return torch.where(x >= 0, 1.0, -1.0) if hard else torch.tanh(self.alpha * x)
 
     def score(self, q, q_mask, d, d_mask):
         """MaxSim ``[Nq, Nd]`` with the kind's scale."""
