@@ -41,6 +41,8 @@ def reproduce_parser() -> argparse.ArgumentParser:
     parser.add_argument("--first-stage", default="auto")
     parser.add_argument("--k", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--rerank-depth", type=int, default=0, metavar="D",
+                        help="re-rank only the top D of the k candidates (pipeline.run --rerank-depth)")
     parser.add_argument("--interpolate", metavar="W|auto",
                         help="also report each model interpolated with the first stage (pipeline.run --interpolate)")
     parser.add_argument("--output-dir", default="runs/reproduce")
@@ -72,6 +74,7 @@ def main() -> None:
                     argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
                             "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
                             "--output-dir", args.output_dir, "--threads", str(args.threads),
+                            "--rerank-depth", str(args.rerank_depth),
                             "--name", f"{args.dataset}-{args.split or 'all'}-{name}-seed{seed}"]
                     if args.split:
                         argv += ["--split", args.split]

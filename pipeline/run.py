@@ -78,6 +78,26 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True) -
     return result
 
 
+def head(first: Run, depth: int) -> Run:
+    """Each query's top ``depth`` first-stage candidates (``depth`` 0: all of them)."""
+    return first if depth <= 0 else {query_id: hits[:depth] for query_id, hits in first.items()}
+
+
+def append_tail(reranked: Run, first: Run) -> Run:
+    """``reranked`` (each query's re-scored head) followed by the rest of that query's first-stage
+    candidates in first-stage order, scored strictly below the head, so a run re-ranked to depth D still
+    holds all k candidates (MAP over the full depth stays comparable with the first stage's)."""
+    result: Run = {}
+    for query_id, hits in reranked.items():
+        ranked = sorted(hits, key=lambda h: (-h.score, h.doc_id))
+        seen = {h.doc_id for h in ranked}
+        floor = min((h.score for h in ranked), default=0.0)
+        tail = [h for h in first.get(query_id, []) if h.doc_id not in seen]
+        result[query_id] = ranked + [ScoredDoc(query_id, h.doc_id, floor - 1.0 - rank)
+                                     for rank, h in enumerate(tail)]
+    return result
+
+
 def default_run_name(dataset: str, first_stage: str, reranker: str, split: str | None) -> str:
     """``<dataset>[-<split>]-<first stage>[-<reranker>]`` with file-name-safe characters."""
     parts = [dataset, split, first_stage.replace("run:", "run-"), None if reranker == "none" else reranker]
@@ -162,8 +182,13 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         started = time.perf_counter()
         reranker = obtain_reranker(args.reranker, dataset, args, folds, settings)
         timings["train_or_load"] = time.perf_counter() - started
+    depth = getattr(args, "rerank_depth", 0) or 0
+    if depth < 0:
+        raise PipelineError(f"--rerank-depth must be >= 0, got {depth}")
+    depth = 0 if depth >= k else depth
     started = time.perf_counter()
-    final = rerank(reranker, dataset, first)
+    top = head(first, depth)
+    final = rerank(reranker, dataset, top)
     timings["rerank"] = time.perf_counter() - started
 
     name = args.name or default_run_name(dataset.name, first_stage, args.reranker, args.split)
@@ -172,11 +197,15 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
 
         started = time.perf_counter()
         if interpolation == "auto":
-            weight = fusion.fold_weights(folds, reranker, dataset, first_stage, k, settings)
-        final = fusion.interpolate(first, final, weight)
+            weight = fusion.fold_weights(folds, reranker, dataset, first_stage, depth or k, settings)
+        final = fusion.interpolate(top, final, weight)
         timings["interpolate"] = time.perf_counter() - started
         if not args.name:
             name += "-interp" if interpolation == "auto" else f"-interp{weight:g}"
+    if reranker is not None and depth:
+        final = append_tail(final, first)
+        if not args.name:
+            name += f"-top{depth}"
     output_dir = Path(args.output_dir)
     run_path = write_run(output_dir / f"{name}.run", final, tag=name[:60])
 
@@ -205,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--first-stage", default="auto", help=f"one of {', '.join(FIRST_STAGES)} (default: auto)")
     parser.add_argument("--k", type=int, default=0,
                         help="candidates per query from the first stage (default: 1000, or 100 with a re-ranker)")
+    parser.add_argument("--rerank-depth", type=int, default=0, metavar="D",
+                        help="re-rank only each query's top D candidates; the rest follow in first-stage order "
+                             "(default 0: all k)")
     parser.add_argument("--metrics", default="AP nDCG@10 P@30 R@{k}", help="ir-measures names; {k} is replaced by --k")
     parser.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR), help="where runs and reports go (default: runs/)")
     parser.add_argument("--name", help="run name (default: derived from dataset, split, first stage, re-ranker)")

@@ -378,6 +378,21 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
     shipped = load_local(tiny_dir).first_stage
     assert first_order == {q: [h.doc_id for h in shipped[q]] for q in first_order}  # weight 1: first stage's order
 
+    # --rerank-depth 2: the first stage's top 2 re-scored and ranked first, the others after them in
+    # first-stage order; the candidates are the same
+    shallow = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--rerank-depth", "2",
+                              "--output-dir", str(tmp_path / "runs")], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert shallow.returncode == 0, shallow.stderr[-2000:]
+    shallow_run, = (tmp_path / "runs").glob("*hcan-top2.run")
+    assert candidates(shallow_run) == candidates(plain_run)
+    shallow_order = {}
+    for line in shallow_run.read_text().splitlines():
+        shallow_order.setdefault(line.split()[0], []).append(line.split()[2])
+    for query_id, ranked in shallow_order.items():
+        expected = [h.doc_id for h in shipped[query_id]]
+        assert len(expected) > 2 and set(ranked[:2]) == set(expected[:2]) and ranked[2:] == expected[2:]
+
     # --model: re-rank with a saved checkpoint (no training, every query of the split)
     checkpoint = next((tmp_path / "models").rglob("hcan-*.pt"))
     reused = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", str(tiny_dir), "--split", "dev",

@@ -6,7 +6,7 @@ import pytest
 from pipeline import fusion
 from pipeline.errors import PipelineError
 from pipeline.records import Qrel, ScoredDoc
-from pipeline.run import parse_weight
+from pipeline.run import append_tail, head, parse_weight
 
 
 def run(query_id, scores):
@@ -72,3 +72,18 @@ def test_parse_weight_errors(text, message):
     with pytest.raises(PipelineError, match=message):
         parse_weight(text)
     assert parse_weight("0.25") == 0.25
+
+
+def test_head_keeps_each_querys_top_depth_and_zero_keeps_all():
+    first = {**run("q", {"a": 3.0, "b": 2.0, "c": 1.0}), **run("r", {"x": 1.0})}
+    assert {q: [h.doc_id for h in hits] for q, hits in head(first, 2).items()} == {"q": ["a", "b"], "r": ["x"]}
+    assert head(first, 0) is first
+
+
+def test_append_tail_ranks_the_rest_below_the_head_in_first_stage_order():
+    first = run("q", {"a": 10.0, "b": 8.0, "c": 2.0, "d": 1.0})
+    reranked = run("q", {"a": -5.0, "b": 7.0})  # the head (top 2), re-scored: b above a
+    result = append_tail(reranked, first)
+    assert order(result) == ["b", "a", "c", "d"]
+    scores = [h.score for h in result["q"]]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) == 4
