@@ -1,6 +1,7 @@
 """Learned-code first stages against BM25: effectiveness, index size and query latency.
 
     python benchmarks/code_first_stage.py [--datasets nfcorpus vaswani-npl] [--steps 500] [--threads 2]
+                                          [--straight-through]
                                           [--output benchmarks/results/code_first_stage.md]
 
 For each dataset: BM25 (Lucene), ``codes`` (binary per-token codes, faiss binary index) and ``colbert``
@@ -106,7 +107,7 @@ def benchmark(name: str, args) -> tuple[list[str], list[str]]:
     results = {"bm25": (bm25, directory_bytes(bm25.path / "lucene"), "-")}
     for kind in ("codes", "colbert"):
         options = CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
-                              k_prime=args.k_prime, progress=not args.quiet)
+                              k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through)
         started = time.perf_counter()
         path = build_code_index(dataset, options)
         meta = index_metadata(path)
@@ -135,6 +136,8 @@ def main(argv=None) -> None:
     parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
     parser.add_argument("--steps", type=int, default=500, help="encoder training steps (default 500)")
     parser.add_argument("--threads", type=int, default=2, help="torch / faiss / Lucene threads")
+    parser.add_argument("--straight-through", action="store_true",
+                        help="train the binary codes on their sign codes (straight-through estimator)")
     parser.add_argument("--k", type=int, default=100, help="documents retrieved per query (default 100)")
     parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
     parser.add_argument("--max-queries", type=int, help="smoke test: only the first N queries")
@@ -162,7 +165,8 @@ def main(argv=None) -> None:
         *(["**Smoke run on a subset** (--max-queries {0} --max-docs {1}); the numbers mean nothing."
            .format(args.max_queries, args.max_docs)] if smoke else []),
         f"Top {args.k} per query; codes / colbert: {args.k_prime} neighbours per query token, exact MaxSim "
-        f"re-scoring; encoder all-MiniLM-L6-v2 + projection to 128 (bits or floats), {args.steps} training steps. "
+        f"re-scoring; encoder all-MiniLM-L6-v2 + projection to 128 (bits or floats), {args.steps} training steps"
+        f"{' (binary codes: straight-through training on their sign codes)' if args.straight_through else ''}. "
         "Index bytes: Lucene directory (BM25), faiss index file (codes, colbert). Latency: one query searched "
         "alone, query encoding included. vaswani-npl has no training queries: its encoders are trained on "
         "nfcorpus (NFCorpus's dev queries, nfcorpus-dev), a zero-shot transfer.",

@@ -18,7 +18,9 @@ Training (:func:`train_encoder`) is contrastive: for a batch of training queries
 over one judged-relevant document, the other queries' documents (in-batch negatives) and
 ``hard_negatives`` BM25 negatives per query (non-relevant documents of the Lucene first stage's top
 ``negative_depth``); other documents judged relevant for a query are left out of its softmax. The binary
-kind adds ADDAX's quantisation loss ``(tanh(alpha x) - sign(x))^2``. Training queries are a dataset's
+kind adds ADDAX's quantisation loss ``(tanh(alpha x) - sign(x))^2``; with ``straight_through`` it also scores
+the documents with their ``sign`` codes in the forward pass (the gradient is ``tanh(alpha x)``'s), so the
+encoder is trained on the very vectors the index stores instead of their soft version. Training queries are a dataset's
 ``train`` split; a dataset without one trains on another dataset (``train_dataset``; NFCorpus's test set
 uses its dev queries, ``nfcorpus-dev``, see :data:`TRAINING_COMPANIONS`). A dataset cannot train on its
 own queries: they are the ones it is evaluated on.
@@ -120,6 +122,7 @@ class CodeOptions:
     negative_depth: int = 100           # BM25 depth the hard negatives come from
     alpha: float = 5.0                  # tanh(alpha x) while training the binary codes
     quantization_weight: float = 0.1    # weight of (tanh(alpha x) - sign(x))^2 (binary kind)
+    straight_through: bool = False      # binary: train on the sign codes the index stores (see contrastive_loss)
     temperature: float = 0.1            # softmax temperature on the MaxSim scores
     seed: int = 42
     index_type: str = "flat"            # flat | hnsw
@@ -159,11 +162,18 @@ class CodeOptions:
         names = ("kind", "encoder", "dim", "steps", "batch_size", "learning_rate", "head_learning_rate",
                  "query_max_length", "doc_max_length", "hard_negatives", "negative_depth", "alpha",
                  "quantization_weight", "temperature", "seed")
-        return {name: getattr(self, name) for name in names}
+        return {**{name: getattr(self, name) for name in names}, **self._straight_through_field()}
 
     def key_fields(self) -> dict:
         """Everything in the cache key of an index (besides the dataset and the training data)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare and f.name != "train_dataset"}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.compare and f.name not in ("train_dataset", "straight_through")}
+        return {**fields, **self._straight_through_field()}
+
+    def _straight_through_field(self) -> dict:
+        # in the keys only where it changes training (binary codes, switched on), so that the keys of
+        # encoders and indexes built before the option existed stay the same
+        return {"straight_through": True} if self.binary and self.straight_through else {}
 
 
 # ------------------------------------------------------------------------------------ bit packing
@@ -416,6 +426,11 @@ def contrastive_loss(model, tokenizer, batch: TrainingBatch, options: CodeOption
     with _autocast(device):
         q, q_mask = model.encode_queries(q_ids, q_att)
         d, d_mask, x = model.encode_docs(d_ids, d_att)
+    if model.binary and options.straight_through:
+        # straight-through: the forward pass scores the sign codes the index will store, the backward pass
+        # takes tanh(alpha x)'s gradient; training then ranks with exactly the vectors that are searched
+        soft = d.float()
+        d = (soft + (model.binary_codes(x.float(), hard=True) * d_mask[..., None] - soft).detach())
     logits = model.score(q.float(), q_mask, d.float(), d_mask) / options.temperature
     excluded = torch.tensor(batch.excluded, dtype=torch.bool, device=logits.device)
     logits = logits.masked_fill(excluded, float("-inf"))

@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     codes.add_argument("--steps", type=int, default=500, help="training steps")
     codes.add_argument("--batch-size", type=int, default=16, help="training queries per step")
     codes.add_argument("--seed", type=int, default=42)
+    codes.add_argument("--straight-through", action="store_true",
+                       help="codes: train on the sign codes the index stores (straight-through estimator)")
     codes.add_argument("--index-type", default="flat", choices=["flat", "hnsw"], help="faiss index structure")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -63,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         options = CodeOptions(kind=args.kind, encoder=args.encoder, dim=args.dim, train_dataset=args.train_dataset,
                               steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-                              index_type=args.index_type, threads=args.threads)
+                              index_type=args.index_type, threads=args.threads,
+                              straight_through=args.straight_through)
         path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -150,6 +150,42 @@ def test_training_lowers_the_loss(tiny_encoder, dataset):
     assert np.mean(report.losses[-5:]) < np.mean(report.losses[:5])
 
 
+def test_straight_through_scores_the_sign_codes_and_still_trains(tiny_encoder, dataset):
+    options = small_options(tiny_encoder, straight_through=True, quantization_weight=0.0)
+    source = resolve_training(dataset)
+    batch = BatchSampler(source, None, 4, 0, seed=3).sample()
+    seed_everything(options.seed)
+    tokenizer, model = new_encoder(options)
+    model.eval()  # no dropout: the two forward passes below see the same vectors
+    total, ce = contrastive_loss(model, tokenizer, batch, options)
+    with torch.no_grad():  # the cross-entropy of the +-1 codes the index stores, computed directly
+        q_ids, q_att = codes.tokenize(tokenizer, batch.queries, options.query_max_length)
+        d_ids, d_att = codes.tokenize(tokenizer, batch.docs, options.doc_max_length)
+        q, q_mask = model.encode_queries(q_ids, q_att)
+        d, d_mask, _ = model.encode_docs(d_ids, d_att, hard=True)
+        logits = model.score(q, q_mask, d, d_mask) / options.temperature
+        logits = logits.masked_fill(torch.tensor(batch.excluded), float("-inf"))
+        hard_ce = torch.nn.functional.cross_entropy(logits, torch.tensor(batch.targets))
+        soft_ce = contrastive_loss(model, tokenizer, batch, dataclasses.replace(options, straight_through=False))[1]
+    ce = float(ce.detach())
+    assert ce == pytest.approx(float(hard_ce), abs=1e-5) and ce != pytest.approx(float(soft_ce))
+    total.backward()
+    head_grad = sum(float(p.grad.abs().sum()) for p in model.project.parameters())
+    assert head_grad > 0  # the gradient reaches the hashing MLP through tanh(alpha x)
+
+
+def test_straight_through_is_in_the_key_of_binary_codes_only(tiny_encoder, dataset, root):
+    source = resolve_training(dataset)
+    base = small_options(tiny_encoder)
+    switched = dataclasses.replace(base, straight_through=True)
+    assert "straight_through" not in base.key_fields() and "straight_through" not in base.training_fields()
+    assert index_path(dataset, switched, source, root) != index_path(dataset, base, source, root)
+    assert encoder_path(switched, source, root) != encoder_path(base, source, root)
+    float_base = dataclasses.replace(base, kind="colbert")
+    assert encoder_path(dataclasses.replace(float_base, straight_through=True), source, root) == \
+        encoder_path(float_base, source, root)
+
+
 def test_batches_exclude_other_relevant_docs_from_a_querys_softmax(dataset):
     source = resolve_training(dataset)
     negatives = {q: [f"{q}-d1", f"{q}-d2"] for q in dataset.queries}
