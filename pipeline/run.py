@@ -146,6 +146,9 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     # checked before any work is done
     interpolation = getattr(args, "interpolate", None)
     weight = None if interpolation in (None, "auto") else parse_weight(interpolation)
+    depth = getattr(args, "rerank_depth", 0) or 0
+    if depth < 0:
+        raise PipelineError(f"--rerank-depth must be >= 0, got {depth}")
     if interpolation == "auto" and model_path:
         raise PipelineError("--interpolate auto tunes on the training protocol's dev queries; with --model "
                             "give a fixed weight (--interpolate 0.5)")
@@ -182,9 +185,6 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         started = time.perf_counter()
         reranker = obtain_reranker(args.reranker, dataset, args, folds, settings)
         timings["train_or_load"] = time.perf_counter() - started
-    depth = getattr(args, "rerank_depth", 0) or 0
-    if depth < 0:
-        raise PipelineError(f"--rerank-depth must be >= 0, got {depth}")
     depth = 0 if depth >= k else depth
     started = time.perf_counter()
     top = head(first, depth)

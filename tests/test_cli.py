@@ -126,3 +126,11 @@ def test_run_cli_unknown_split_exits_2(tmp_path, data_root):
     assert result.returncode == 2
     assert "no split 'nope'" in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_cli_negative_rerank_depth_exits_2_before_any_work(tmp_path, data_root):
+    result = run_python(["-m", "pipeline.run", "--dataset", "wikiqa", "--reranker", "knrm", "--rerank-depth", "-1",
+                         "--output-dir", str(tmp_path)], timeout=120, PIPELINE_MODEL_DIR=tmp_path / "models")
+    assert result.returncode == 2
+    assert "--rerank-depth must be >= 0" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
