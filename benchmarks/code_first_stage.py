@@ -94,8 +94,17 @@ def code_saturation(index: Path, dataset: Dataset, every: int = 16, batch: int =
             f"|tanh(alpha x)| > 0.9; mean cosine(tanh(alpha x), sign(x)) per token {cosine:.3f}")
 
 
+def code_options(kind: str, args):
+    """The :class:`indexes.codes.CodeOptions` of this benchmark's ``kind`` index for parsed ``args`` (also
+    used by ``code_first_stage_rerank.py``, so both scripts find the same cached encoders and indexes)."""
+    from indexes.codes import CodeOptions
+
+    return CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
+                       k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through)
+
+
 def benchmark(name: str, args) -> tuple[list[str], list[str]]:
-    from indexes.codes import CodeOptions, CodeRetriever, build_code_index, index_metadata
+    from indexes.codes import CodeRetriever, build_code_index, index_metadata
 
     dataset = subset(load_dataset(name), args.max_queries, args.max_docs)
     queries = list(dataset.queries.values())
@@ -106,8 +115,7 @@ def benchmark(name: str, args) -> tuple[list[str], list[str]]:
     bm25 = make_first_stage("bm25", dataset, settings)
     results = {"bm25": (bm25, directory_bytes(bm25.path / "lucene"), "-")}
     for kind in ("codes", "colbert"):
-        options = CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
-                              k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through)
+        options = code_options(kind, args)
         started = time.perf_counter()
         path = build_code_index(dataset, options)
         meta = index_metadata(path)

@@ -24,14 +24,17 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
     os.environ["TQDM_DISABLE"] = "1"
 
+from code_first_stage import code_options  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
 from pipeline.datasets import load_dataset  # noqa: E402
 from pipeline.evaluate import evaluate, paired_test  # noqa: E402
@@ -54,12 +57,12 @@ def train_reranker(args):
     options = parse_overrides(args.set, None)
     path = checkpoint_path(dataset, args.reranker, options, fold, args.seed, "bm25", args.k)
     if path.is_file():
-        return reranker_class(args.reranker).load(path), path, f"loaded {path}"
+        return reranker_class(args.reranker).load(path), f"loaded {path}"
     retriever = make_first_stage("bm25", dataset, BM25Settings(threads=args.threads))
     candidates = retriever.search([dataset.queries[q] for q in train + dev], args.k)
     started = time.perf_counter()
-    reranker, report = train_fold(args.reranker, dataset, fold, candidates, options, args.seed, path)
-    return reranker, path, (f"trained on {TRAIN_DATASET} ({len(train)} train, {len(dev)} dev queries, BM25 top "
+    reranker, _ = train_fold(args.reranker, dataset, fold, candidates, options, args.seed, path)
+    return reranker, (f"trained on {TRAIN_DATASET} ({len(train)} train, {len(dev)} dev queries, BM25 top "
                             f"{args.k}) in {time.perf_counter() - started:.0f} s -> {path}")
 
 
@@ -67,11 +70,10 @@ def first_stage(kind: str, dataset, args):
     """BM25, or the code index ``benchmarks/code_first_stage.py --steps args.steps`` builds for ``kind``."""
     if kind == "bm25":
         return make_first_stage("bm25", dataset, BM25Settings(threads=args.threads))
-    from indexes.codes import CodeOptions, CodeRetriever, build_code_index
+    from indexes.codes import CodeRetriever, build_code_index
 
-    options = CodeOptions(kind=kind, steps=args.steps, train_dataset="nfcorpus", threads=args.threads,
-                          k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through)
-    return CodeRetriever(build_code_index(dataset, options), k_prime=args.k_prime, threads=args.threads)
+    return CodeRetriever(build_code_index(dataset, code_options(kind, args)), k_prime=args.k_prime,
+                         threads=args.threads)
 
 
 def benchmark(name: str, reranker, args) -> list[str]:
@@ -128,10 +130,9 @@ def main(argv=None) -> None:
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
-    command = "python benchmarks/code_first_stage_rerank.py " + " ".join(
-        __import__("shlex").quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = "python benchmarks/code_first_stage_rerank.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
-    reranker, _, trained = train_reranker(args)
+    reranker, trained = train_reranker(args)
     print(trained, flush=True)
     rows = [f"| dataset | first stage | nDCG@10 | R@100 | nDCG@10 + {args.reranker} | AP + {args.reranker} "
             f"| p vs BM25 + {args.reranker} (nDCG@10) | re-ranking s |",

@@ -429,8 +429,8 @@ def contrastive_loss(model, tokenizer, batch: TrainingBatch, options: CodeOption
     if model.binary and options.straight_through:
         # straight-through: the forward pass scores the sign codes the index will store, the backward pass
         # takes tanh(alpha x)'s gradient; training then ranks with exactly the vectors that are searched
-        soft = d.float()
-        d = (soft + (model.binary_codes(x.float(), hard=True) * d_mask[..., None] - soft).detach())
+        hard = model.binary_codes(x.float(), hard=True) * d_mask[..., None]
+        d = d.float() + (hard - d.float()).detach()
     logits = model.score(q.float(), q_mask, d.float(), d_mask) / options.temperature
     excluded = torch.tensor(batch.excluded, dtype=torch.bool, device=logits.device)
     logits = logits.masked_fill(excluded, float("-inf"))
