@@ -1,7 +1,8 @@
 """Learned-code first stages against BM25: effectiveness, index size and query latency.
 
     python benchmarks/code_first_stage.py [--datasets nfcorpus vaswani-npl] [--steps 500] [--threads 2]
-                                          [--straight-through]
+                                          [--straight-through] [--bits 128] [--hash-head mlp|lsh]
+                                          [--hash-steps 0]
                                           [--output benchmarks/results/code_first_stage.md]
 
 For each dataset: BM25 (Lucene), ``codes`` (binary per-token codes, faiss binary index) and ``colbert``
@@ -99,8 +100,33 @@ def code_options(kind: str, args):
     used by ``code_first_stage_rerank.py``, so both scripts find the same cached encoders and indexes)."""
     from indexes.codes import CodeOptions
 
+    binary = {"dim": args.bits, "hash_head": args.hash_head, "hash_steps": args.hash_steps} if kind == "codes" else {}
     return CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
-                       k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through)
+                       k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through,
+                       **binary)
+
+
+def add_code_arguments(parser: argparse.ArgumentParser) -> None:
+    """The encoder options :func:`code_options` reads (shared with ``code_first_stage_rerank.py``)."""
+    parser.add_argument("--steps", type=int, default=500, help="encoder training steps (default 500)")
+    parser.add_argument("--straight-through", action="store_true",
+                        help="train the binary codes on their sign codes (straight-through estimator)")
+    parser.add_argument("--bits", type=int, default=128, help="bits per binary code (default 128; floats: 128)")
+    parser.add_argument("--hash-head", default="mlp", choices=["mlp", "lsh"],
+                        help="binary codes: ADDAX's hashing MLP trained from scratch (mlp) or random hyperplanes "
+                             "over the trained float encoder (lsh)")
+    parser.add_argument("--hash-steps", type=int, default=0, help="lsh: fine-tuning steps of the hashed encoder")
+
+
+def describe_codes(args) -> str:
+    """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
+    if args.hash_head == "lsh":
+        binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks) over the float encoder's "
+                  f"vectors, then {args.hash_steps} fine-tuning steps")
+    else:
+        binary = f"binary codes: ADDAX's hashing MLP to {args.bits} bits"
+    return (f"encoder all-MiniLM-L6-v2; float: linear projection to 128 floats; {binary}; {args.steps} training "
+            f"steps{' (binary codes: straight-through training on their sign codes)' if args.straight_through else ''}")
 
 
 def benchmark(name: str, args) -> tuple[list[str], list[str]]:
@@ -142,10 +168,8 @@ def benchmark(name: str, args) -> tuple[list[str], list[str]]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
-    parser.add_argument("--steps", type=int, default=500, help="encoder training steps (default 500)")
+    add_code_arguments(parser)
     parser.add_argument("--threads", type=int, default=2, help="torch / faiss / Lucene threads")
-    parser.add_argument("--straight-through", action="store_true",
-                        help="train the binary codes on their sign codes (straight-through estimator)")
     parser.add_argument("--k", type=int, default=100, help="documents retrieved per query (default 100)")
     parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
     parser.add_argument("--max-queries", type=int, help="smoke test: only the first N queries")
@@ -173,8 +197,7 @@ def main(argv=None) -> None:
         *(["**Smoke run on a subset** (--max-queries {0} --max-docs {1}); the numbers mean nothing."
            .format(args.max_queries, args.max_docs)] if smoke else []),
         f"Top {args.k} per query; codes / colbert: {args.k_prime} neighbours per query token, exact MaxSim "
-        f"re-scoring; encoder all-MiniLM-L6-v2 + projection to 128 (bits or floats), {args.steps} training steps"
-        f"{' (binary codes: straight-through training on their sign codes)' if args.straight_through else ''}. "
+        f"re-scoring; {describe_codes(args)}. "
         "Index bytes: Lucene directory (BM25), faiss index file (codes, colbert). Latency: one query searched "
         "alone, query encoding included. vaswani-npl has no training queries: its encoders are trained on "
         "nfcorpus (NFCorpus's dev queries, nfcorpus-dev), a zero-shot transfer.",

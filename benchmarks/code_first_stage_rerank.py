@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
     os.environ["TQDM_DISABLE"] = "1"
 
-from code_first_stage import code_options  # noqa: E402
+from code_first_stage import add_code_arguments, code_options, describe_codes  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
 from pipeline.datasets import load_dataset  # noqa: E402
 from pipeline.evaluate import evaluate, paired_test  # noqa: E402
@@ -108,15 +108,13 @@ def main(argv=None) -> None:
     parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
     parser.add_argument("--reranker", default="addax", help="re-ranker trained on nfcorpus-dev (default addax)")
     parser.add_argument("--set", action="append", metavar="NAME=VALUE", help="re-ranker option (repeatable)")
-    parser.add_argument("--steps", type=int, default=500, help="code encoder training steps (default 500)")
+    add_code_arguments(parser)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=1, help="torch / faiss / Lucene threads")
     parser.add_argument("--k", type=int, default=100, help="candidates per query, training and re-ranking")
     parser.add_argument("--first-stages", nargs="+", default=list(FIRST_STAGES), choices=FIRST_STAGES)
     parser.add_argument("--rerank-depth", type=int, default=0,
                         help="re-rank only the top D of the k (the rest follow in first-stage order; 0: all)")
-    parser.add_argument("--straight-through", action="store_true",
-                        help="use the binary codes trained straight-through (code_first_stage.py --straight-through)")
     parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
     parser.add_argument("--max-queries", type=int, help="smoke test: re-rank only each dataset's first N queries")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -144,9 +142,9 @@ def main(argv=None) -> None:
         f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s) -->",
         f"# First stage + {args.reranker}: BM25 vs learned codes ({machine})",
         f"Re-ranker: {trained}. Top {args.k} per query from each first stage"
-        f"{f', the top {args.rerank_depth} re-ranked' if args.rerank_depth else ''} (code encoders: {args.steps} steps"
-        f"{', binary codes trained straight-through' if args.straight_through else ''}, "
-        f"{args.k_prime} neighbours per query token); paired t-test on the queries of each dataset.",
+        f"{f', the top {args.rerank_depth} re-ranked' if args.rerank_depth else ''} (code indexes: "
+        f"{describe_codes(args)}; {args.k_prime} neighbours per query token); paired t-test on the queries of "
+        "each dataset.",
         *([f"**Smoke run** (--max-queries {args.max_queries}): the numbers mean nothing."] if args.max_queries else []),
         "", *rows,
     ])

@@ -109,8 +109,8 @@ def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None 
         if options is None:
             path = find_code_index(dataset, spec, settings.index_root)
             options = CodeOptions(kind=spec)
-        else:
-            options = dataclasses.replace(options, kind=spec)
+        else:  # one CodeOptions serves both kinds; a hash head is a binary-codes option
+            options = dataclasses.replace(options, kind=spec, **({"hash_head": "mlp"} if spec == "colbert" else {}))
         if path is None:
             path = build_code_index(dataset, options, settings.index_root)
         return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads)

@@ -48,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     codes.add_argument("--seed", type=int, default=42)
     codes.add_argument("--straight-through", action="store_true",
                        help="codes: train on the sign codes the index stores (straight-through estimator)")
+    codes.add_argument("--hash-head", default="mlp", choices=["mlp", "lsh"],
+                       help="codes: ADDAX's hashing MLP trained with the encoder (mlp), or random hyperplanes over "
+                            "the float (colbert) encoder trained with the same options (lsh)")
+    codes.add_argument("--float-dim", type=int, default=128, help="codes, lsh: floats per vector of the float encoder")
+    codes.add_argument("--hash-steps", type=int, default=0, help="codes, lsh: fine-tuning steps after the hashing")
     codes.add_argument("--index-type", default="flat", choices=["flat", "hnsw"], help="faiss index structure")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -66,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = CodeOptions(kind=args.kind, encoder=args.encoder, dim=args.dim, train_dataset=args.train_dataset,
                               steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                               index_type=args.index_type, threads=args.threads,
-                              straight_through=args.straight_through)
+                              straight_through=args.straight_through, hash_head=args.hash_head,
+                              float_dim=args.float_dim, hash_steps=args.hash_steps)
         path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -186,6 +186,87 @@ def test_straight_through_is_in_the_key_of_binary_codes_only(tiny_encoder, datas
         encoder_path(float_base, source, root)
 
 
+def test_random_hyperplanes_are_orthogonal_blocks_and_seeded():
+    planes = codes.random_hyperplanes(40, 16, seed=3)
+    assert planes.shape == (40, 16)
+    for start in (0, 16):  # two full blocks of orthonormal normals, then 8 rows of a third
+        block = planes[start : start + 16]
+        assert torch.allclose(block @ block.T, torch.eye(16), atol=1e-5)
+    assert torch.allclose(planes[32:].norm(dim=1), torch.ones(8), atol=1e-5)
+    assert torch.equal(planes, codes.random_hyperplanes(40, 16, seed=3))
+    assert not torch.equal(planes, codes.random_hyperplanes(40, 16, seed=4))
+
+
+def test_hashed_encoder_signs_the_float_vectors_and_estimates_their_cosines(tiny_encoder, dataset):
+    float_options = small_options(tiny_encoder, kind="colbert")
+    seed_everything(0)
+    tokenizer, float_model = new_encoder(float_options)
+    float_model.eval()
+    hashed = codes.hashed_from_float(float_model, 2048, 5.0, seed=1)
+    assert hashed.binary and hashed.head == "linear" and hashed.transformer is float_model.transformer
+    docs = [d.text for d in list(dataset.docs_iter())[:12]]
+    queries = [q.text for q in list(dataset.queries.values())[:6]]
+    with torch.no_grad():
+        d_ids, d_att = codes.tokenize(tokenizer, docs, 24)
+        q_ids, q_att = codes.tokenize(tokenizer, queries, 12)
+        float_docs, d_mask, _ = float_model.encode_docs(d_ids, d_att)
+        codes_, hashed_mask, _ = hashed.encode_docs(d_ids, d_att, hard=True)
+        planes = codes.random_hyperplanes(2048, float_options.dim, seed=1)
+        # the stored code of a token is the sign pattern of its float vector against the hyperplanes
+        expected = torch.where(float_docs @ planes.T >= 0, 1.0, -1.0) * d_mask[..., None]
+        assert torch.equal(hashed_mask, d_mask) and torch.equal(codes_, expected)
+        float_scores = float_model.score(*float_model.encode_queries(q_ids, q_att), float_docs, d_mask)
+        hashed_scores = hashed.score(*hashed.encode_queries(q_ids, q_att), codes_, d_mask)
+    # asymmetric sign random projections: q . sign(R d) / sqrt(bits) is about sqrt(2 / pi) cos(q, d) per token
+    correlation = np.corrcoef(float_scores.flatten().numpy(), hashed_scores.flatten().numpy())[0, 1]
+    assert correlation > 0.95, correlation
+
+
+def test_lsh_codes_start_from_the_cached_float_encoder(tiny_encoder, dataset, tmp_path):
+    source = resolve_training(dataset)
+    float_options = small_options(tiny_encoder, kind="colbert")
+    float_checkpoint, _ = codes.obtain_encoder(float_options, source, tmp_path)
+    lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16)
+    assert lsh.float_options().training_fields() == float_options.training_fields()
+    path = build_code_index(dataset, lsh, tmp_path)
+    meta = index_metadata(path)
+    assert meta["options"]["hash_head"] == "lsh" and meta["train"]["report"]["hash_steps"] == 0
+    retriever = CodeRetriever(path, k_prime=meta["vectors"])
+    _, float_model, _ = codes.load_encoder_checkpoint(float_checkpoint)
+    assert retriever.binary and retriever.dim == 64 and isinstance(retriever.model.project, torch.nn.Linear)
+    planes = codes.random_hyperplanes(64, 16, lsh.seed)
+    assert torch.allclose(retriever.model.project.weight, planes @ float_model.project.weight, atol=1e-6)
+    for name, value in float_model.transformer.state_dict().items():  # no training after the hashing
+        assert torch.equal(retriever.model.transformer.state_dict()[name], value)
+    assert len(retriever.search(list(dataset.queries.values()), k=5)) == 16
+    # fine-tuning the hashed encoder is a different encoder and index, trained on top of the same start
+    tuned = dataclasses.replace(lsh, hash_steps=5)
+    tuned_path = build_code_index(dataset, tuned, tmp_path)
+    report = index_metadata(tuned_path)["train"]["report"]
+    assert tuned_path != path and report["hash_steps"] == 5 and report["hash_last_loss"] is not None
+    tuned_model = CodeRetriever(tuned_path).model
+    assert not torch.allclose(tuned_model.project.weight, retriever.model.project.weight)
+
+
+def test_hash_head_options_and_keys(tiny_encoder, dataset, root):
+    source = resolve_training(dataset)
+    base = small_options(tiny_encoder)
+    assert not {"hash_head", "float_dim", "hash_steps"} & (set(base.key_fields()) | set(base.training_fields()))
+    lsh = dataclasses.replace(base, hash_head="lsh")
+    keys = {encoder_path(o, source, root) for o in (base, lsh, dataclasses.replace(lsh, hash_steps=3),
+                                                    dataclasses.replace(lsh, float_dim=32))}
+    assert len(keys) == 4
+    # the fields of an mlp head change nothing
+    assert encoder_path(dataclasses.replace(base, float_dim=32, hash_steps=3), source, root) == \
+        encoder_path(base, source, root)
+    with pytest.raises(PipelineError, match="unknown hash head 'pca'"):
+        small_options(tiny_encoder, hash_head="pca")
+    with pytest.raises(PipelineError, match="for binary codes"):
+        small_options(tiny_encoder, kind="colbert", hash_head="lsh")
+    with pytest.raises(PipelineError, match="hash_steps >= 0"):
+        small_options(tiny_encoder, hash_head="lsh", hash_steps=-1)
+
+
 def test_batches_exclude_other_relevant_docs_from_a_querys_softmax(dataset):
     source = resolve_training(dataset)
     negatives = {q: [f"{q}-d1", f"{q}-d2"] for q in dataset.queries}
@@ -321,6 +402,9 @@ def test_make_first_stage_codes_and_colbert(built, tiny_encoder, dataset, root):
         assert make_first_stage(kind, dataset, BM25Settings(index_root=root)).path == built[kind]
         hits = retriever.search([dataset.queries["q0"]], 3)["q0"]
         assert len(hits) == 3 and hits[0].score >= hits[-1].score
+    # binary-codes options (an lsh hash head) do not stop the same settings from serving colbert
+    lsh = BM25Settings(index_root=root, codes=small_options(tiny_encoder, hash_head="lsh"))
+    assert make_first_stage("colbert", dataset, lsh).path == built["colbert"]
 
 
 def test_hnsw_index_type(tiny_encoder, dataset, tmp_path):
@@ -471,6 +555,9 @@ def test_index_cli(tmp_path, tiny_encoder, capsys, monkeypatch):
     code = index_cli.main(["--dataset", str(folder), "--kind", "codes", "--encoder", tiny_encoder, "--steps", "2"])
     assert code == 2
     assert "no training queries" in capsys.readouterr().err
+    code = index_cli.main(["--dataset", str(folder), "--kind", "colbert", "--hash-head", "lsh"])
+    assert code == 2
+    assert "hash_head 'lsh' is for binary codes" in capsys.readouterr().err
 
 
 def test_bm25_hard_negatives(tiny_encoder, dataset, tmp_path):
