@@ -570,3 +570,26 @@ def test_bm25_hard_negatives(tiny_encoder, dataset, tmp_path):
     assert sum(map(len, negatives.values())) > 0
     path = build_code_index(dataset, small_options(tiny_encoder, hard_negatives=2, negative_depth=3, steps=3), tmp_path)
     assert index_metadata(path)["options"]["hard_negatives"] == 2
+
+
+def test_lsh_draws_benchmark_rebuilds_the_lsh_index_from_the_float_one(tiny_encoder, dataset, tmp_path):
+    """benchmarks/lsh_draws.py hashes a float index's stored vectors instead of re-encoding the documents;
+    with the shipped hyperplanes and seed it must give the very run of the lsh index."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import lsh_draws
+
+    float_path = build_code_index(dataset, small_options(tiny_encoder, kind="colbert", seed=7), tmp_path)
+    lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16, seed=7)
+    expected = CodeRetriever(build_code_index(dataset, lsh, tmp_path), k_prime=8).search(dataset.queries.values(), 10)
+    retriever = CodeRetriever(float_path, k_prime=8)
+    queries = list(dataset.queries.values())
+    planes = lsh_draws.hyperplanes("orthogonal", 64, 16, seed=7)
+    run = lsh_draws.hashed_search(retriever, np.array(retriever.vectors),
+                                  retriever.encode_queries([q.text for q in queries]), queries, planes, 10)
+    assert run.keys() == expected.keys()
+    for qid, hits in expected.items():
+        assert [h.doc_id for h in run[qid]] == [h.doc_id for h in hits]
+        assert np.allclose([h.score for h in run[qid]], [h.score for h in hits], atol=1e-4)
+    assert lsh_draws.hyperplanes("gaussian", 64, 16, seed=7).shape == (64, 16)
