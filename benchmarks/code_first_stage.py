@@ -118,6 +118,20 @@ def add_code_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hash-steps", type=int, default=0, help="lsh: fine-tuning steps of the hashed encoder")
 
 
+def machine_line(threads: int) -> str:
+    """The machine a benchmark ran on, for its header."""
+    return f"{platform.machine()}, {os.cpu_count()} cores, {threads} threads, Python {platform.python_version()}"
+
+
+def publish(text: str, output: str | None) -> None:
+    """Print a benchmark's Markdown and, with ``output``, write it there atomically."""
+    print(text)
+    if output:
+        from pipeline.atomic import write_text
+
+        write_text(output, text + "\n")
+
+
 def describe_codes(args) -> str:
     """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
     if args.hash_head == "lsh":
@@ -183,7 +197,7 @@ def main(argv=None) -> None:
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, Python {platform.python_version()}"
+    machine = machine_line(args.threads)
     rows = ["| dataset | first stage | nDCG@10 | R@100 | index bytes | mean latency (ms/query) | encoder trained on |",
             "|---|---|---|---|---|---|---|"]
     notes = []
@@ -203,12 +217,7 @@ def main(argv=None) -> None:
         "nfcorpus (NFCorpus's dev queries, nfcorpus-dev), a zero-shot transfer.",
         "", *rows, "", *notes,
     ]
-    text = "\n".join(sections)
-    print(text)
-    if args.output:
-        from pipeline.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish("\n".join(sections), args.output)
 
 
 if __name__ == "__main__":

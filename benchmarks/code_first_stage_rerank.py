@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import sys
 import time
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
     os.environ["TQDM_DISABLE"] = "1"
 
-from code_first_stage import add_code_arguments, code_options, describe_codes  # noqa: E402
+from code_first_stage import add_code_arguments, code_options, describe_codes, machine_line, publish  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
 from pipeline.datasets import load_dataset  # noqa: E402
 from pipeline.evaluate import evaluate, paired_test  # noqa: E402
@@ -137,7 +136,7 @@ def main(argv=None) -> None:
             "|---|---|---|---|---|---|---|---|"]
     for name in args.datasets:
         rows += benchmark(name, reranker, args)
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, Python {platform.python_version()}"
+    machine = machine_line(args.threads)
     text = "\n".join([
         f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s) -->",
         f"# First stage + {args.reranker}: BM25 vs learned codes ({machine})",
@@ -148,11 +147,7 @@ def main(argv=None) -> None:
         *([f"**Smoke run** (--max-queries {args.max_queries}): the numbers mean nothing."] if args.max_queries else []),
         "", *rows,
     ])
-    print(text)
-    if args.output:
-        from pipeline.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":

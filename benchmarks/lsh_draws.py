@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import sys
 import time
@@ -32,7 +31,7 @@ if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISA
 
 import numpy as np  # noqa: E402
 
-from code_first_stage import code_options  # noqa: E402
+from code_first_stage import code_options, machine_line, publish  # noqa: E402
 from pipeline.datasets import load_dataset  # noqa: E402
 from pipeline.evaluate import evaluate  # noqa: E402
 
@@ -129,18 +128,14 @@ def main(argv=None) -> None:
     for name in args.datasets:
         rows += benchmark(name, args)
     command = shlex.join(["python", "benchmarks/lsh_draws.py", *(argv if argv is not None else sys.argv[1:])])
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads, Python {platform.python_version()}"
+    machine = machine_line(args.threads)
     text = "\n".join([
         f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s) -->",
         f"# {args.bits}-bit random-hyperplane codes over the {args.steps}-step float encoder: draws ({machine})",
         f"Top {args.k} per query, {args.k_prime} neighbours per query token, exact MaxSim against the +-1 codes.",
         "", *rows,
     ])
-    print(text)
-    if args.output:
-        from pipeline.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":
