@@ -52,8 +52,9 @@ def hyperplanes(kind: str, bits: int, dim: int, seed: int) -> np.ndarray:
 
 def hashed_search(retriever, float_vectors: np.ndarray, query_vectors: list, queries: list, planes: np.ndarray,
                   k: int) -> dict:
-    """The run of the binary index ``sign(planes v)`` searched with normalised ``planes q``: the float
-    ``retriever`` switched to those codes in place (its float state is restored by the caller)."""
+    """The run of the binary index ``sign(planes v)`` searched with normalised ``planes q``. Switches the
+    float ``retriever`` to those codes in place (every field its search reads), so its float search must
+    be run before the first call."""
     import faiss
 
     from indexes.codes import pack_codes
@@ -80,8 +81,7 @@ def benchmark(name: str, args) -> list[str]:
     judged = {q.query_id for q in queries}
     qrels = [q for q in dataset.qrels if q.query_id in judged]
     options = code_options("colbert", SimpleNamespace(steps=args.steps, threads=args.threads, k_prime=args.k_prime,
-                                                      quiet=args.quiet, straight_through=False, bits=args.bits,
-                                                      hash_head="mlp", hash_steps=0))
+                                                      quiet=args.quiet, straight_through=False))
     retriever = CodeRetriever(build_code_index(dataset, options), k_prime=args.k_prime, threads=args.threads)
     float_vectors = np.array(retriever.vectors)
     query_vectors = retriever.encode_queries([q.text for q in queries])
