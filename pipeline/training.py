@@ -99,12 +99,40 @@ class TrainConfig:
     amp: bool = False               # mixed precision (bfloat16 autocast) on CUDA
     device: str = "auto"            # auto | cpu | cuda | cuda:N
     score_batch_size: int = 256
+    schedule: str = "constant"      # learning rate over the run: constant | linear (falls to ~0 at the last step)
+    warmup: float = 0.0             # linear warm-up from 0: a fraction of all steps (< 1) or a number of steps
 
     def __post_init__(self):
         if self.loss not in LOSSES:
             raise PipelineError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
         if self.optimizer not in ("adam", "sgd", "adamw"):
             raise PipelineError(f"unknown optimizer {self.optimizer!r}; expected adam, adamw or sgd")
+        if self.schedule not in SCHEDULES:
+            raise PipelineError(f"unknown schedule {self.schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        if self.warmup < 0:
+            raise PipelineError(f"warmup must be >= 0 (a fraction of the steps, or a number of steps), "
+                                f"got {self.warmup}")
+
+
+SCHEDULES = ("constant", "linear")
+
+
+def learning_rate_factor(step: int, total_steps: int, schedule: str, warmup: float) -> float:
+    """Multiplier of the base learning rate before optimiser step ``step`` (0-based) of ``total_steps``.
+
+    ``warmup`` < 1 is a fraction of ``total_steps``, otherwise a number of steps; the factor rises linearly
+    from ``1 / warmup_steps`` to 1 over them (BERT's fine-tuning recipe), then stays at 1 (``constant``) or
+    falls linearly to ``1 / (steps after warm-up)`` at the last step (``linear``), never to 0, so no step is
+    wasted.
+    """
+    warmup_steps = int(round(warmup * total_steps)) if warmup < 1 else int(warmup)
+    warmup_steps = min(warmup_steps, max(0, total_steps - 1))
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    remaining = max(1, total_steps - warmup_steps)
+    return max(0.0, (total_steps - step) / remaining)
 
 
 def resolve_device(name: str = "auto"):
@@ -153,6 +181,7 @@ class EpochLog:
     dev_score: float | None
     seconds: float
     examples: int
+    learning_rate: float | None = None  # the last step's learning rate (changes only with a schedule)
 
 
 @dataclass
@@ -256,6 +285,7 @@ class Trainer:
         else:
             optimizer = torch.optim.Adam(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
         use_amp = config.amp and device.type == "cuda"
+        scheduler, last_learning_rate = None, config.learning_rate
         report = TrainReport()
         best_state, best_score, stale = None, -math.inf, 0
         for epoch in range(1, config.epochs + 1):
@@ -266,7 +296,13 @@ class Trainer:
                 raise PipelineError("no training examples: the training queries need judged-relevant and "
                                     "non-relevant candidates")
             total, count = 0.0, 0
-            bar = tqdm(self.batches(units, rng), desc=f"epoch {epoch}/{config.epochs}", unit="batch", leave=False)
+            batches = self.batches(units, rng)
+            if scheduler is None and (config.schedule != "constant" or config.warmup > 0):
+                # every epoch has as many units (hence batches) as the first: the run's length is known here
+                total_steps = len(batches) * config.epochs
+                scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(
+                    step, total_steps, config.schedule, config.warmup))
+            bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", unit="batch", leave=False)
             for batch_units in bar:
                 pairs = [(query, doc) for query, docs, _ in batch_units for doc in docs]
                 batch = self.reranker.encode(pairs)
@@ -278,11 +314,15 @@ class Trainer:
                 if config.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
                 optimizer.step()
+                last_learning_rate = optimizer.param_groups[0]["lr"]
+                if scheduler is not None:
+                    scheduler.step()
                 total += float(loss.detach()) * len(batch_units)
                 count += len(batch_units)
                 bar.set_postfix(loss=f"{total / count:.4f}")
             dev_score = self.evaluate(dev) if dev is not None and dev.queries else None
-            entry = EpochLog(epoch, total / max(1, count), dev_score, time.perf_counter() - started, count)
+            entry = EpochLog(epoch, total / max(1, count), dev_score, time.perf_counter() - started, count,
+                             last_learning_rate)
             report.epochs.append(entry)
             improved = dev_score is None or dev_score > best_score
             if improved:

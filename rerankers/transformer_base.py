@@ -25,7 +25,7 @@ expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward
   :class:`~pipeline.errors.CheckpointError` naming the file.
 
 Training defaults suit fine-tuning a pre-trained encoder (a small learning rate, gradient clipping at
-1.0). :class:`~pipeline.training.TrainConfig` has no learning-rate schedule, so there is no warm-up.
+1.0), a constant learning rate unless ``schedule``/``warmup`` are set (:class:`~pipeline.training.TrainConfig`).
 """
 from __future__ import annotations
 

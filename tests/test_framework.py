@@ -20,7 +20,8 @@ from pipeline.errors import CheckpointError, DataFormatError, PipelineError
 from pipeline.evaluate import evaluate
 from pipeline.text import IDFStatistics, Vocabulary, tokenize
 from pipeline.training import (
-    RankingData, TrainConfig, apply_overrides, kfold, make_protocol, parse_overrides, rerank_candidates,
+    RankingData, TrainConfig, apply_overrides, kfold, learning_rate_factor, make_protocol, parse_overrides,
+    rerank_candidates,
 )
 from rerankers import available, reranker_class
 from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
@@ -247,6 +248,38 @@ def test_early_stopping_keeps_the_best_dev_epoch(tiny):
     assert report.epochs[report.best_epoch - 1].dev_score == report.best_dev_score
     if report.stopped_early:
         assert len(report.epochs) < 6
+
+
+def test_learning_rate_factor_warms_up_then_decays_linearly():
+    linear = [learning_rate_factor(step, 10, "linear", 0.2) for step in range(10)]
+    assert linear[:2] == pytest.approx([0.5, 1.0])              # 2 warm-up steps (20 % of 10)
+    assert linear[2:] == pytest.approx([(10 - s) / 8 for s in range(2, 10)])
+    assert linear[-1] > 0                                        # the last step still learns
+    constant = [learning_rate_factor(step, 10, "constant", 3) for step in range(10)]
+    assert constant == pytest.approx([1 / 3, 2 / 3] + [1.0] * 8)  # warm-up given as 3 steps
+    assert [learning_rate_factor(s, 4, "constant", 0.0) for s in range(4)] == [1.0] * 4
+    assert learning_rate_factor(0, 1, "linear", 0.5) == 1.0      # a one-step run cannot warm up
+
+
+def test_schedule_options_are_validated():
+    with pytest.raises(PipelineError, match="unknown schedule 'cosine'"):
+        TrainConfig(schedule="cosine")
+    with pytest.raises(PipelineError, match="warmup must be >= 0"):
+        TrainConfig(warmup=-1)
+    config = TrainConfig()
+    apply_overrides([config], parse_overrides(["schedule=linear", "warmup=0.1"]))
+    assert (config.schedule, config.warmup) == ("linear", 0.1)
+
+
+def test_trainer_follows_the_learning_rate_schedule(tiny):
+    _, constant, _ = train_tiny(tiny, use_dev=False, epochs=3)
+    assert [e.learning_rate for e in constant.epochs] == [0.01] * 3
+    _, linear, _ = train_tiny(tiny, use_dev=False, epochs=3, schedule="linear", warmup=0.1)
+    rates = [e.learning_rate for e in linear.epochs]
+    assert rates[0] > rates[1] > rates[2] > 0, rates
+    steps_per_epoch = -(-linear.epochs[0].examples // TINY["batch_size"])
+    total = 3 * steps_per_epoch
+    assert rates[-1] == pytest.approx(0.01 * learning_rate_factor(total - 1, total, "linear", 0.1))
 
 
 def test_same_seed_same_scores_other_seed_other_scores(tiny):
