@@ -100,7 +100,8 @@ def code_options(kind: str, args):
     used by ``code_first_stage_rerank.py``, so both scripts find the same cached encoders and indexes)."""
     from indexes.codes import CodeOptions
 
-    binary = {"dim": args.bits, "hash_head": args.hash_head, "hash_steps": args.hash_steps} if kind == "codes" else {}
+    binary = {"dim": args.bits, "hash_head": args.hash_head, "hash_steps": args.hash_steps,
+              "hash_seed": args.hash_seed} if kind == "codes" else {}
     return CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
                        k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through,
                        **binary)
@@ -116,6 +117,7 @@ def add_code_arguments(parser: argparse.ArgumentParser) -> None:
                         help="binary codes: ADDAX's hashing MLP trained from scratch (mlp) or random hyperplanes "
                              "over the trained float encoder (lsh)")
     parser.add_argument("--hash-steps", type=int, default=0, help="lsh: fine-tuning steps of the hashed encoder")
+    parser.add_argument("--hash-seed", type=int, help="lsh: seed of the hyperplanes (default: the options' seed, 42)")
 
 
 def machine_line(threads: int) -> str:
@@ -136,7 +138,8 @@ def describe_codes(args) -> str:
     """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
     if args.hash_head == "lsh":
         binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks) over the float encoder's "
-                  f"vectors, then {args.hash_steps} fine-tuning steps")
+                  f"vectors (seed {CodeOptions.seed if args.hash_seed is None else args.hash_seed}), then {args.hash_steps} "
+                  f"fine-tuning steps")
     else:
         binary = f"binary codes: ADDAX's hashing MLP to {args.bits} bits"
     return (f"encoder all-MiniLM-L6-v2; float: linear projection to 128 floats; {binary}; {args.steps} training "

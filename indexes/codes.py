@@ -134,6 +134,7 @@ class CodeOptions:
     hash_head: str = "mlp"              # binary: mlp (ADDAX's hashing MLP) | lsh (hyperplanes over a float encoder)
     float_dim: int = 128                # lsh: dimension of the float (colbert) encoder the hyperplanes cut
     hash_steps: int = 0                 # lsh: steps fine-tuning the hashed encoder after its initialisation
+    hash_seed: int | None = None        # lsh: seed of the hyperplanes (None: ``seed``, as before this option)
     temperature: float = 0.1            # softmax temperature on the MaxSim scores
     seed: int = 42
     index_type: str = "flat"            # flat | hnsw
@@ -153,6 +154,8 @@ class CodeOptions:
             raise PipelineError(f"unknown hash head {self.hash_head!r}; expected one of {', '.join(HASH_HEADS)}")
         if self.hash_head != "mlp" and not self.binary:
             raise PipelineError(f"hash_head {self.hash_head!r} is for binary codes (kind 'codes'), not {self.kind!r}")
+        if self.hash_seed is not None and self.hash_head != "lsh":
+            raise PipelineError(f"hash_seed draws the hyperplanes of hash_head 'lsh', not {self.hash_head!r}")
         if self.float_dim <= 0 or self.hash_steps < 0:
             raise PipelineError(f"float_dim must be positive and hash_steps >= 0, got {self.float_dim} and "
                                 f"{self.hash_steps}")
@@ -191,7 +194,12 @@ class CodeOptions:
     def float_options(self) -> "CodeOptions":
         """The float (colbert) encoder an ``lsh`` hash head starts from: these training options, ``float_dim``."""
         return dataclasses.replace(self, kind="colbert", dim=self.float_dim, hash_head="mlp", hash_steps=0,
-                                   straight_through=False, float_dim=CodeOptions.float_dim)
+                                   hash_seed=None, straight_through=False, float_dim=CodeOptions.float_dim)
+
+    @property
+    def hyperplane_seed(self) -> int:
+        """The seed of an ``lsh`` head's hyperplanes: ``hash_seed``, else the training ``seed``."""
+        return self.seed if self.hash_seed is None else self.hash_seed
 
     def _later_fields(self) -> dict:
         # options added after the first indexes were built are in the keys only where they change training
@@ -202,11 +210,13 @@ class CodeOptions:
         fields = {"straight_through": True} if self.straight_through else {}
         if self.hash_head != "mlp":
             fields.update(hash_head=self.hash_head, float_dim=self.float_dim, hash_steps=self.hash_steps)
+            if self.hash_seed is not None and self.hash_seed != self.seed:  # the same draw, the same key
+                fields.update(hash_seed=self.hash_seed)
         return fields
 
 
 #: CodeOptions fields that enter the cache keys only when they matter (see ``CodeOptions._later_fields``).
-LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps")
+LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed")
 
 
 # ------------------------------------------------------------------------------------ bit packing
@@ -639,7 +649,7 @@ def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, root: 
     Returns ``(model, training summary)``; the summary is the float encoder's with ``hash_steps`` added."""
     float_checkpoint, float_meta = obtain_encoder(options.float_options(), source, root, force, device)
     tokenizer, float_model, _ = load_encoder_checkpoint(float_checkpoint, device)
-    model = hashed_from_float(float_model, options.dim, options.alpha, options.seed)
+    model = hashed_from_float(float_model, options.dim, options.alpha, options.hyperplane_seed)
     summary = {**(float_meta.get("training") or {}), "hash_steps": options.hash_steps}
     if options.hash_steps:
         _, model, report = train_encoder(options, source, negatives, device, start=(tokenizer, model),

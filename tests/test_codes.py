@@ -246,6 +246,12 @@ def test_lsh_codes_start_from_the_cached_float_encoder(tiny_encoder, dataset, tm
     assert tuned_path != path and report["hash_steps"] == 5 and report["hash_last_loss"] is not None
     tuned_model = CodeRetriever(tuned_path).model
     assert not torch.allclose(tuned_model.project.weight, retriever.model.project.weight)
+    # another hyperplane draw over the same float encoder (no fine-tuning): sign(R' W h), a different index
+    redrawn_path = build_code_index(dataset, dataclasses.replace(lsh, hash_seed=7), tmp_path)
+    assert redrawn_path not in (path, tuned_path)
+    redrawn = CodeRetriever(redrawn_path).model
+    assert torch.allclose(redrawn.project.weight, codes.random_hyperplanes(64, 16, 7) @ float_model.project.weight,
+                          atol=1e-6)
 
 
 def test_hash_head_options_and_keys(tiny_encoder, dataset, root):
@@ -265,6 +271,13 @@ def test_hash_head_options_and_keys(tiny_encoder, dataset, root):
         small_options(tiny_encoder, kind="colbert", hash_head="lsh")
     with pytest.raises(PipelineError, match="hash_steps >= 0"):
         small_options(tiny_encoder, hash_head="lsh", hash_steps=-1)
+    # hash_seed: in the key only when it draws other hyperplanes than the default (the training seed)
+    assert "hash_seed" not in lsh.training_fields()
+    assert encoder_path(dataclasses.replace(lsh, hash_seed=lsh.seed), source, root) == encoder_path(lsh, source, root)
+    assert encoder_path(dataclasses.replace(lsh, hash_seed=1), source, root) not in keys
+    assert dataclasses.replace(lsh, hash_seed=1).float_options().training_fields() == lsh.float_options().training_fields()
+    with pytest.raises(PipelineError, match="hash_seed draws the hyperplanes"):
+        small_options(tiny_encoder, hash_seed=3)
 
 
 def test_batches_exclude_other_relevant_docs_from_a_querys_softmax(dataset):
