@@ -68,32 +68,34 @@ def main() -> None:
         for label, options in variants:
             plain = f"{reranker}{'-' + label if label else ''}"
             for seed in args.seeds:
-                # the interpolated row reuses the model the plain row trained (same cache key)
-                for interpolate in [None, args.interpolate] if args.interpolate else [None]:
-                    name = plain if interpolate is None else f"{plain}+interp"
-                    argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
-                            "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
-                            "--output-dir", args.output_dir, "--threads", str(args.threads),
-                            "--rerank-depth", str(args.rerank_depth),
-                            "--name", f"{args.dataset}-{args.split or 'all'}-{name}-seed{seed}"]
-                    if args.split:
-                        argv += ["--split", args.split]
-                    for option in [*args.set, *options]:
-                        argv += ["--set", option]
-                    if interpolate:
-                        argv += ["--interpolate", interpolate]
-                    result = run_pipeline(build_parser().parse_args(argv))
-                    first, final = result.comparison.evaluations[0], result.comparison.evaluations[-1]
-                    baseline = first.aggregate
+                argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
+                        "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
+                        "--output-dir", args.output_dir, "--threads", str(args.threads),
+                        "--rerank-depth", str(args.rerank_depth),
+                        "--name", f"{args.dataset}-{args.split or 'all'}-{plain}{'+interp' if args.interpolate else ''}-seed{seed}"]
+                if args.split:
+                    argv += ["--split", args.split]
+                for option in [*args.set, *options]:
+                    argv += ["--set", option]
+                if args.interpolate:
+                    argv += ["--interpolate", args.interpolate]
+                # one call per seed: with --interpolate its table holds the re-ranker alone and interpolated,
+                # from one scoring pass (the rows: first stage, [alone,] final)
+                result = run_pipeline(build_parser().parse_args(argv))
+                evaluations = result.comparison.evaluations
+                baseline = evaluations[0].aggregate
+                rows = ([(plain, evaluations[1]), (f"{plain}+interp", evaluations[2])] if args.interpolate
+                        else [(plain, evaluations[-1])])
+                for name, evaluation in rows:
                     results.setdefault(name, {"seeds": []})["seeds"].append(seed)
-                    for measure, value in final.aggregate.items():
+                    for measure, value in evaluation.aggregate.items():
                         results[name].setdefault(measure, []).append(value)
-                    print(f"{name} seed {seed}: {final.aggregate}", flush=True)
-                    done += 1
-                    if args.output:  # after every run, so a stopped benchmark keeps what it measured
-                        status = "" if done == planned else f"; partial: {done} of {planned} runs"
-                        header = f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s{status})"
-                        write_outputs(args.output, header, baseline, results, command)
+                    print(f"{name} seed {seed}: {evaluation.aggregate}", flush=True)
+                done += len(rows)
+                if args.output:  # after every run, so a stopped benchmark keeps what it measured
+                    status = "" if done == planned else f"; partial: {done} of {planned} runs"
+                    header = f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s{status})"
+                    write_outputs(args.output, header, baseline, results, command)
     print(render_table(f"{command} ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s)", baseline, results))
 
 

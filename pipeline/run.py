@@ -112,6 +112,8 @@ class PipelineResult:
     run: Run
     comparison: evaluation.Comparison | None
     timings: dict[str, float] = field(default_factory=dict)
+    #: with ``--interpolate``: the re-ranker's own run (``run`` is the interpolated one); otherwise None
+    reranked: Run | None = None
 
 
 def parse_weight(text: str) -> float:
@@ -192,9 +194,12 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     timings["rerank"] = time.perf_counter() - started
 
     name = args.name or default_run_name(dataset.name, first_stage, args.reranker, args.split)
+    reranked, reranked_name = None, None
     if reranker is not None and interpolation:
         from . import fusion
 
+        # the re-ranker alone is reported beside the interpolation: the same scores, no second scoring pass
+        reranked, reranked_name = final, f"{name}-alone" if args.name else name
         started = time.perf_counter()
         if interpolation == "auto":
             weight = fusion.fold_weights(folds, reranker, dataset, first_stage, depth or k, settings)
@@ -204,9 +209,14 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
             name += "-interp" if interpolation == "auto" else f"-interp{weight:g}"
     if reranker is not None and depth:
         final = append_tail(final, first)
+        if reranked is not None:
+            reranked = append_tail(reranked, first)
         if not args.name:
             name += f"-top{depth}"
+            reranked_name = reranked_name and f"{reranked_name}-top{depth}"
     output_dir = Path(args.output_dir)
+    if reranked is not None:
+        write_run(output_dir / f"{reranked_name}.run", reranked, tag=reranked_name[:60])
     run_path = write_run(output_dir / f"{name}.run", final, tag=name[:60])
 
     comparison = None
@@ -216,10 +226,10 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         baseline = None
         if reranker is not None:
             baseline = default_run_name(dataset.name, first_stage, "none", args.split)
-            runs = {baseline: first, name: final}
+            runs = {baseline: first, **({reranked_name: reranked} if reranked is not None else {}), name: final}
         comparison = evaluation.compare(runs, evaluated.qrels, args.metrics.replace("{k}", str(k)), baseline)
         evaluation.save_report(comparison, output_dir, f"{name}.eval")
-    return PipelineResult(run_path, final, comparison, timings)
+    return PipelineResult(run_path, final, comparison, timings, reranked)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="re-rank with this saved model (e.g. trained on another dataset) instead of training")
     model.add_argument("--interpolate", metavar="W|auto",
                        help="final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per "
-                            "query; 'auto' tunes W on each fold's dev queries (AP)")
+                            "query; 'auto' tunes W on each fold's dev queries (AP). The re-ranker alone is "
+                            "written and evaluated too (same scores)")
     lucene = parser.add_argument_group("BM25 / RM3")
     lucene.add_argument("--k1", type=float, default=0.9)
     lucene.add_argument("--b", type=float, default=0.4)

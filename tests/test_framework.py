@@ -399,6 +399,9 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
     assert "interpolation weight" in tuned.stderr and "training hcan" not in tuned.stderr
     plain_run, = (tmp_path / "runs").glob("*hcan.run")
     tuned_run, = (tmp_path / "runs").glob("*hcan-interp.run")
+    # its table reports the re-ranker alone (the same run as without --interpolate) beside the interpolation
+    table_rows = [line.split("|")[1].strip() for line in tuned.stdout.splitlines() if line.startswith("|")]
+    assert plain_run.stem in table_rows and tuned_run.stem in table_rows, tuned.stdout
     candidates = lambda path: sorted(tuple(line.split()[:3:2]) for line in path.read_text().splitlines())
     assert candidates(plain_run) == candidates(tuned_run)
     only_first = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "1",
