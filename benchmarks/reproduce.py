@@ -67,12 +67,13 @@ def main() -> None:
     for reranker in args.reranker:
         for label, options in variants:
             plain = f"{reranker}{'-' + label if label else ''}"
+            run_label = f"{plain}+interp" if args.interpolate else plain
             for seed in args.seeds:
                 argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
                         "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
                         "--output-dir", args.output_dir, "--threads", str(args.threads),
                         "--rerank-depth", str(args.rerank_depth),
-                        "--name", f"{args.dataset}-{args.split or 'all'}-{plain}{'+interp' if args.interpolate else ''}-seed{seed}"]
+                        "--name", f"{args.dataset}-{args.split or 'all'}-{run_label}-seed{seed}"]
                 if args.split:
                     argv += ["--split", args.split]
                 for option in [*args.set, *options]:

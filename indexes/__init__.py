@@ -110,7 +110,8 @@ def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None 
             path = find_code_index(dataset, spec, settings.index_root)
             options = CodeOptions(kind=spec)
         else:  # one CodeOptions serves both kinds; a hash head is a binary-codes option
-            options = dataclasses.replace(options, kind=spec, **({"hash_head": "mlp"} if spec == "colbert" else {}))
+            binary_only = {"hash_head": "mlp", "hash_seed": None} if spec == "colbert" else {}
+            options = dataclasses.replace(options, kind=spec, **binary_only)
         if path is None:
             path = build_code_index(dataset, options, settings.index_root)
         return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads)

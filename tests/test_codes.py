@@ -416,7 +416,7 @@ def test_make_first_stage_codes_and_colbert(built, tiny_encoder, dataset, root):
         hits = retriever.search([dataset.queries["q0"]], 3)["q0"]
         assert len(hits) == 3 and hits[0].score >= hits[-1].score
     # binary-codes options (an lsh hash head) do not stop the same settings from serving colbert
-    lsh = BM25Settings(index_root=root, codes=small_options(tiny_encoder, hash_head="lsh"))
+    lsh = BM25Settings(index_root=root, codes=small_options(tiny_encoder, hash_head="lsh", hash_seed=3))
     assert make_first_stage("colbert", dataset, lsh).path == built["colbert"]
 
 
