@@ -137,9 +137,9 @@ def publish(text: str, output: str | None) -> None:
 def describe_codes(args) -> str:
     """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
     if args.hash_head == "lsh":
-        binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks) over the float encoder's "
-                  f"vectors (seed {CodeOptions.seed if args.hash_seed is None else args.hash_seed}), then {args.hash_steps} "
-                  f"fine-tuning steps")
+        seed = code_options("codes", args).hyperplane_seed
+        binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks, seed {seed}) over the float "
+                  f"encoder's vectors, then {args.hash_steps} fine-tuning steps")
     else:
         binary = f"binary codes: ADDAX's hashing MLP to {args.bits} bits"
     return (f"encoder all-MiniLM-L6-v2; float: linear projection to 128 floats; {binary}; {args.steps} training "

@@ -606,3 +606,26 @@ def test_lsh_draws_benchmark_rebuilds_the_lsh_index_from_the_float_one(tiny_enco
         assert [h.doc_id for h in run[qid]] == [h.doc_id for h in hits]
         assert np.allclose([h.score for h in run[qid]], [h.score for h in hits], atol=1e-4)
     assert lsh_draws.hyperplanes("gaussian", 64, 16, seed=7).shape == (64, 16)
+
+
+def test_code_benchmark_arguments_build_the_options_they_describe():
+    """benchmarks/code_first_stage.py's shared arguments: --hash-seed reaches the lsh options and the header."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import code_first_stage
+
+    parser = argparse.ArgumentParser()
+    code_first_stage.add_code_arguments(parser)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--k-prime", type=int, default=256)
+    parser.add_argument("--quiet", action="store_true")
+    default = parser.parse_args(["--hash-head", "lsh", "--bits", "512"])
+    assert code_first_stage.code_options("codes", default).hyperplane_seed == CodeOptions.seed
+    assert f"seed {CodeOptions.seed})" in code_first_stage.describe_codes(default)
+    redrawn = parser.parse_args(["--hash-head", "lsh", "--bits", "512", "--hash-seed", "3", "--hash-steps", "100"])
+    options = code_first_stage.code_options("codes", redrawn)
+    assert (options.hash_seed, options.hash_steps, options.dim) == (3, 100, 512)
+    assert "seed 3)" in code_first_stage.describe_codes(redrawn)
+    assert code_first_stage.code_options("colbert", redrawn).hash_seed is None  # floats have no hyperplanes
