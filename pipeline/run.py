@@ -213,7 +213,8 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
             reranked = append_tail(reranked, first)
         if not args.name:
             name += f"-top{depth}"
-            reranked_name = reranked_name and f"{reranked_name}-top{depth}"
+            if reranked_name:
+                reranked_name += f"-top{depth}"
     output_dir = Path(args.output_dir)
     if reranked is not None:
         write_run(output_dir / f"{reranked_name}.run", reranked, tag=reranked_name[:60])
