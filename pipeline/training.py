@@ -101,6 +101,7 @@ class TrainConfig:
     score_batch_size: int = 256
     schedule: str = "constant"      # learning rate over the run: constant | linear (falls to ~0 at the last step)
     warmup: float = 0.0             # linear warm-up from 0: a fraction of all steps (< 1) or a number of steps
+    head_learning_rate: float = 0.0  # learning rate of the layers around a pre-trained encoder (0: learning_rate)
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -109,6 +110,9 @@ class TrainConfig:
             raise PipelineError(f"unknown optimizer {self.optimizer!r}; expected adam, adamw or sgd")
         if self.schedule not in SCHEDULES:
             raise PipelineError(f"unknown schedule {self.schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        if self.head_learning_rate < 0:
+            raise PipelineError(f"head_learning_rate must be >= 0 (0: the same as learning_rate), "
+                                f"got {self.head_learning_rate}")
         if self.warmup < 0:
             raise PipelineError(f"warmup must be >= 0 (a fraction of the steps, or a number of steps), "
                                 f"got {self.warmup}")
@@ -133,6 +137,29 @@ def learning_rate_factor(step: int, total_steps: int, schedule: str, warmup: flo
         return 1.0
     remaining = max(1, total_steps - warmup_steps)
     return max(0.0, (total_steps - step) / remaining)
+
+
+def parameter_groups(module, pretrained_prefixes: Sequence[str], learning_rate: float,
+                     head_learning_rate: float = 0.0) -> list[dict]:
+    """The optimiser's parameter groups: one group at ``learning_rate`` unless ``head_learning_rate`` > 0,
+    then the trainable parameters whose names start with one of ``pretrained_prefixes`` (a pre-trained
+    encoder's) keep ``learning_rate`` and the rest (the freshly initialised layers around it) get
+    ``head_learning_rate``. A small fine-tuning step suits the pre-trained weights; new layers would move
+    as slowly at it (the usual remedy, e.g. in ColBERT's and DPR's heads, is a larger step for them).
+    The pre-trained group comes first, so ``param_groups[0]`` is the encoder's."""
+    named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    if head_learning_rate <= 0:
+        return [{"params": [p for _, p in named], "lr": learning_rate}]
+    if not pretrained_prefixes:
+        raise PipelineError("head_learning_rate applies to re-rankers around a pre-trained encoder "
+                            "(cross-encoder, addax and its ablations); this one has none: set learning_rate")
+    prefixes = tuple(pretrained_prefixes)
+    pretrained = [p for name, p in named if name.startswith(prefixes)]
+    head = [p for name, p in named if not name.startswith(prefixes)]
+    if not pretrained or not head:
+        raise PipelineError(f"head_learning_rate needs parameters both under {', '.join(prefixes)} and outside "
+                            f"them; found {len(pretrained)} and {len(head)}")
+    return [{"params": pretrained, "lr": learning_rate}, {"params": head, "lr": head_learning_rate}]
 
 
 def resolve_device(name: str = "auto"):
@@ -278,12 +305,14 @@ class Trainer:
         module.to(device)
         self.reranker.device = device
         parameters = [p for p in module.parameters() if p.requires_grad]
+        groups = parameter_groups(module, getattr(self.reranker, "pretrained_prefixes", ()),
+                                  config.learning_rate, config.head_learning_rate)
         if config.optimizer == "sgd":
-            optimizer = torch.optim.SGD(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
+            optimizer = torch.optim.SGD(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         elif config.optimizer == "adamw":
-            optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
+            optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         else:
-            optimizer = torch.optim.Adam(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
+            optimizer = torch.optim.Adam(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         use_amp = config.amp and device.type == "cuda"
         scheduler, last_learning_rate = None, config.learning_rate
         report = TrainReport()

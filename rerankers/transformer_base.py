@@ -25,7 +25,8 @@ expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward
   :class:`~pipeline.errors.CheckpointError` naming the file.
 
 Training defaults suit fine-tuning a pre-trained encoder (a small learning rate, gradient clipping at
-1.0), a constant learning rate unless ``schedule``/``warmup`` are set (:class:`~pipeline.training.TrainConfig`).
+1.0), a constant learning rate unless ``schedule``/``warmup`` are set (:class:`~pipeline.training.TrainConfig`);
+``head_learning_rate`` gives the layers around the encoder (parameters outside ``encoder.``) their own step.
 """
 from __future__ import annotations
 
@@ -203,6 +204,8 @@ class TransformerReranker(TorchReranker):
 
     name: ClassVar[str] = "transformer"
     model_config_class: ClassVar[type] = object
+    #: names of the pre-trained encoder's parameters in ``module`` start with these (``head_learning_rate``)
+    pretrained_prefixes: ClassVar[tuple[str, ...]] = ("encoder.",)
     #: defaults of this model's options (ablation subclasses flip model ones); all overridable with --set
     model_defaults: ClassVar[Mapping[str, Any]] = {}
     encoder_defaults: ClassVar[Mapping[str, Any]] = {}

@@ -341,6 +341,24 @@ def test_tiny_overfit_relevant_outranks_random(tiny_encoder):
     assert relevant_wins(reranker, train) == len(train.queries)
 
 
+def test_head_learning_rate_moves_the_new_layers_more_than_the_encoder(tiny_encoder):
+    def moved(reranker, fresh):
+        state = reranker.module.state_dict()
+        change = {"encoder": 0.0, "head": 0.0}
+        for name, value in fresh.items():
+            change["encoder" if name.startswith("encoder.") else "head"] += float((state[name] - value).abs().sum())
+        return change
+
+    fresh = make("addax", tiny_encoder, seed=3, dropout=0.0).module.state_dict()
+    fresh = {name: value.clone() for name, value in fresh.items()}
+    same, _, _ = fit_tiny(tiny_encoder, epochs=1, learning_rate=1e-4)
+    split, report, _ = fit_tiny(tiny_encoder, epochs=1, learning_rate=1e-4, head_learning_rate=1e-2)
+    assert report.epochs[0].learning_rate == 1e-4                      # the encoder's group is reported
+    same_change, split_change = moved(same, fresh), moved(split, fresh)
+    assert split_change["head"] > 5 * same_change["head"]
+    assert split_change["encoder"] < 5 * same_change["encoder"]
+
+
 def test_training_is_deterministic_under_a_seed(tiny_encoder):
     first, _, train = fit_tiny(tiny_encoder, epochs=2)
     second, _, _ = fit_tiny(tiny_encoder, epochs=2)

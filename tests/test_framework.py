@@ -271,6 +271,33 @@ def test_schedule_options_are_validated():
     assert (config.schedule, config.warmup) == ("linear", 0.1)
 
 
+def test_parameter_groups_give_the_head_its_own_learning_rate():
+    import torch.nn as nn
+
+    from pipeline.training import parameter_groups
+
+    module = nn.ModuleDict({"encoder": nn.Linear(3, 3), "head": nn.Linear(3, 1), "frozen": nn.Linear(3, 1)})
+    module["frozen"].weight.requires_grad_(False)
+    single, = parameter_groups(module, ("encoder.",), 1e-5)
+    assert single["lr"] == 1e-5 and len(single["params"]) == 5          # every trainable parameter, one rate
+    encoder, head = parameter_groups(module, ("encoder.",), 1e-5, 1e-3)
+    assert encoder["lr"] == 1e-5 and head["lr"] == 1e-3
+    assert {id(p) for p in encoder["params"]} == {id(p) for p in module["encoder"].parameters()}
+    assert {id(p) for p in head["params"]} == {id(module["head"].weight), id(module["head"].bias),
+                                              id(module["frozen"].bias)}
+    with pytest.raises(PipelineError, match="around a pre-trained encoder"):
+        parameter_groups(module, (), 1e-5, 1e-3)
+    with pytest.raises(PipelineError, match="found 0 and 5"):
+        parameter_groups(module, ("bert.",), 1e-5, 1e-3)
+    with pytest.raises(PipelineError, match="head_learning_rate must be >= 0"):
+        TrainConfig(head_learning_rate=-1e-4)
+
+
+def test_head_learning_rate_is_refused_for_a_model_without_a_pretrained_encoder(tiny):
+    with pytest.raises(PipelineError, match="head_learning_rate applies to re-rankers around a pre-trained"):
+        train_tiny(tiny, epochs=1, head_learning_rate=1e-3)
+
+
 def test_trainer_follows_the_learning_rate_schedule(tiny):
     _, constant, _ = train_tiny(tiny, use_dev=False, epochs=3)
     assert [e.learning_rate for e in constant.epochs] == [0.01] * 3
