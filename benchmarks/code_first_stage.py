@@ -101,7 +101,7 @@ def code_options(kind: str, args):
     from indexes.codes import CodeOptions
 
     binary = {"dim": args.bits, "hash_head": args.hash_head, "hash_steps": args.hash_steps,
-              "hash_seed": args.hash_seed} if kind == "codes" else {}
+              "hash_seed": args.hash_seed, "hash_draws": getattr(args, "hash_draws", 1)} if kind == "codes" else {}
     return CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
                        k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through,
                        **binary)
@@ -118,6 +118,9 @@ def add_code_arguments(parser: argparse.ArgumentParser) -> None:
                              "over the trained float encoder (lsh)")
     parser.add_argument("--hash-steps", type=int, default=0, help="lsh: fine-tuning steps of the hashed encoder")
     parser.add_argument("--hash-seed", type=int, help="lsh: seed of the hyperplanes (default: the options' seed, 42)")
+    parser.add_argument("--hash-draws", type=int, default=1,
+                        help="lsh: hyperplane draws tried from --hash-seed on; the one whose codes agree best "
+                             "with the float scores on training queries is kept (default 1)")
 
 
 def machine_line(threads: int) -> str:
@@ -138,7 +141,10 @@ def describe_codes(args) -> str:
     """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
     if args.hash_head == "lsh":
         seed = code_options("codes", args).hyperplane_seed
-        binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks, seed {seed}) over the float "
+        draws = getattr(args, "hash_draws", 1)
+        chosen = (f"the best of {draws} draws from seed {seed} by agreement with the float scores" if draws > 1
+                  else f"seed {seed}")
+        binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks, {chosen}) over the float "
                   f"encoder's vectors, then {args.hash_steps} fine-tuning steps")
     else:
         binary = f"binary codes: ADDAX's hashing MLP to {args.bits} bits"

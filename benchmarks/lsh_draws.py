@@ -1,7 +1,7 @@
 """How much the random hyperplanes of ``hash_head="lsh"`` binary codes matter: several draws, two kinds.
 
     python benchmarks/lsh_draws.py [--datasets nfcorpus vaswani-npl] [--steps 100] [--bits 512]
-                                   [--seeds 42 1 2 3 4] [--threads 1]
+                                   [--seeds 42 1 2 3 4] [--select K] [--threads 1]
                                    [--output benchmarks/results/lsh_draws.md]
 
 An ``lsh`` code index (``indexes.codes.hashed_from_float`` with no fine-tuning) stores ``sign(R v)`` for each
@@ -13,6 +13,13 @@ Gaussian normals for comparison), hashes the stored vectors, and runs the same t
 kNN of each query token, then exact MaxSim against the +-1 codes). Reports nDCG@10 and R@100 per draw, their
 mean and standard deviation, and the float index's scores. Seed 42 with orthogonal blocks is the draw the
 ``lsh`` index of ``code_first_stage.py --hash-head lsh --hash-steps 0`` uses (same seed as its options).
+
+Each orthogonal draw also gets its *agreement*: the mean Kendall tau between the float encoder's MaxSim
+scores and the draw's hashed scores over training queries' BM25 candidates
+(:func:`indexes.codes.hyperplane_agreement`, no relevance labels, the training queries of the encoder, not
+the test queries). ``--select K`` then plays ``hash_draws=K`` from each ``--seeds`` value: of the K draws
+:func:`indexes.codes.draw_seeds` gives, the one with the highest agreement is kept and evaluated, which
+shows whether choosing a draw by agreement avoids the bad draws without looking at the test queries.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ from pipeline.datasets import load_dataset  # noqa: E402
 from pipeline.evaluate import evaluate  # noqa: E402
 
 MEASURES = ["nDCG@10", "R@100"]
+_AGREEMENT: dict[tuple, float] = {}  # (training source, seed) -> agreement, shared by the datasets
 
 
 def hyperplanes(kind: str, bits: int, dim: int, seed: int) -> np.ndarray:
@@ -73,8 +81,24 @@ def hashed_search(retriever, float_vectors: np.ndarray, query_vectors: list, que
     return run
 
 
+def agreements(retriever, dataset, options, seeds, bits: int) -> dict[int, float]:
+    """Agreement of each seed's hyperplanes with ``retriever``'s float encoder on its training queries
+    (computed once per training source and seed, then reused by the next dataset)."""
+    from indexes.codes import agreement_sample, bm25_negatives, hyperplane_agreement, resolve_training
+
+    source = resolve_training(dataset, options.train_dataset)
+    missing = [seed for seed in dict.fromkeys(seeds) if (source.key(), seed) not in _AGREEMENT]
+    if missing:
+        negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth)
+        sample = agreement_sample(source, negatives, options.seed)
+        values = hyperplane_agreement(retriever.model, retriever.tokenizer, sample, bits, missing, options,
+                                      retriever.device)
+        _AGREEMENT.update({(source.key(), seed): value for seed, value in zip(missing, values)})
+    return {seed: _AGREEMENT[(source.key(), seed)] for seed in seeds}
+
+
 def benchmark(name: str, args) -> list[str]:
-    from indexes.codes import CodeRetriever, build_code_index
+    from indexes.codes import CodeRetriever, build_code_index, draw_seeds
 
     dataset = load_dataset(name)
     queries = list(dataset.queries.values())
@@ -83,23 +107,55 @@ def benchmark(name: str, args) -> list[str]:
     options = code_options("colbert", SimpleNamespace(steps=args.steps, threads=args.threads, k_prime=args.k_prime,
                                                       quiet=args.quiet, straight_through=False))
     retriever = CodeRetriever(build_code_index(dataset, options), k_prime=args.k_prime, threads=args.threads)
+    pools = {seed: draw_seeds(seed, args.select) for seed in args.seeds} if args.select > 1 else {}
+    agreement = agreements(retriever, dataset, options, [*args.seeds, *(s for pool in pools.values() for s in pool)],
+                           args.bits)
     float_vectors = np.array(retriever.vectors)
     query_vectors = retriever.encode_queries([q.text for q in queries])
     reference = evaluate(retriever.search(queries, args.k), qrels, MEASURES).aggregate
-    rows = [f"| {name} | float colbert | - | {reference['nDCG@10']:.4f} | {reference['R@100']:.4f} | |"]
-    for kind in ("orthogonal", "gaussian"):
-        scores = []
-        for seed in args.seeds:
+    rows = [f"| {name} | float colbert | - | {reference['nDCG@10']:.4f} | {reference['R@100']:.4f} | | |"]
+    cache: dict[tuple[str, int], dict] = {}
+
+    def draw(kind: str, seed: int) -> dict:
+        if (kind, seed) not in cache:
             planes = hyperplanes(kind, args.bits, float_vectors.shape[1], seed)
             run = hashed_search(retriever, float_vectors, query_vectors, queries, planes, args.k)
-            result = evaluate(run, qrels, MEASURES).aggregate
-            scores.append((result["nDCG@10"], result["R@100"]))
+            cache[(kind, seed)] = evaluate(run, qrels, MEASURES).aggregate
+        return cache[(kind, seed)]
+
+    def summary(label: str, results: list[dict]) -> str:
+        values = np.array([(r["nDCG@10"], r["R@100"]) for r in results])
+        return (f"| {name} | **{label}, mean ± sd** | {len(results)} draws | {values[:, 0].mean():.4f} ± "
+                f"{values[:, 0].std(ddof=1) if len(values) > 1 else 0:.4f} | {values[:, 1].mean():.4f} | "
+                f"{reference['nDCG@10'] - values[:, 0].mean():+.4f} (worst "
+                f"{reference['nDCG@10'] - values[:, 0].min():+.4f}) | |")
+
+    for kind in ("orthogonal", "gaussian"):
+        results = []
+        for seed in args.seeds:
+            result = draw(kind, seed)
+            results.append(result)
+            tau = f"{agreement[seed]:.4f}" if kind == "orthogonal" else ""
             rows.append(f"| {name} | {kind} | {seed} | {result['nDCG@10']:.4f} | {result['R@100']:.4f} "
-                        f"| {reference['nDCG@10'] - result['nDCG@10']:+.4f} |")
-        values = np.array(scores)
-        rows.append(f"| {name} | **{kind}, mean ± sd** | {len(args.seeds)} draws | {values[:, 0].mean():.4f} ± "
-                    f"{values[:, 0].std(ddof=1) if len(values) > 1 else 0:.4f} | {values[:, 1].mean():.4f} | "
-                    f"{reference['nDCG@10'] - values[:, 0].mean():+.4f} (worst {reference['nDCG@10'] - values[:, 0].min():+.4f}) |")
+                        f"| {reference['nDCG@10'] - result['nDCG@10']:+.4f} | {tau} |")
+        rows.append(summary(kind, results))
+    if pools:
+        chosen = []
+        for first, pool in pools.items():
+            best = max(pool, key=lambda seed: agreement[seed])
+            result = draw("orthogonal", best)
+            chosen.append(result)
+            rows.append(f"| {name} | best of {args.select} by agreement, from {first} | {best} | "
+                        f"{result['nDCG@10']:.4f} | {result['R@100']:.4f} | "
+                        f"{reference['nDCG@10'] - result['nDCG@10']:+.4f} | {agreement[best]:.4f} |")
+        rows.append(summary(f"best of {args.select} by agreement", chosen))
+        every = {seed for pool in pools.values() for seed in pool}
+        pairs = np.array([(agreement[seed], draw("orthogonal", seed)["nDCG@10"]) for seed in sorted(every)])
+        correlation = np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1] if len(pairs) > 2 else float("nan")
+        rows.append(f"| {name} | all {len(pairs)} pooled draws, mean | | {pairs[:, 1].mean():.4f} | | "
+                    f"{reference['nDCG@10'] - pairs[:, 1].mean():+.4f} (worst "
+                    f"{reference['nDCG@10'] - pairs[:, 1].min():+.4f}) | Pearson r(agreement, nDCG@10) "
+                    f"{correlation:.2f} |")
     return rows
 
 
@@ -109,6 +165,8 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=100, help="training steps of the float encoder (default 100)")
     parser.add_argument("--bits", type=int, default=512)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2, 3, 4])
+    parser.add_argument("--select", type=int, default=1,
+                        help="also keep, from each --seeds value, the best of this many draws by agreement")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--k-prime", type=int, default=256)
@@ -124,7 +182,10 @@ def main(argv=None) -> None:
 
     faiss.omp_set_num_threads(args.threads)
     started = time.perf_counter()
-    rows = ["| dataset | hyperplanes | seed | nDCG@10 | R@100 | float - binary nDCG@10 |", "|---|---|---|---|---|---|"]
+    if args.select < 1:
+        parser.error(f"--select must be at least 1, got {args.select}")
+    rows = ["| dataset | hyperplanes | seed | nDCG@10 | R@100 | float - binary nDCG@10 | agreement (tau) |",
+            "|---|---|---|---|---|---|---|"]
     for name in args.datasets:
         rows += benchmark(name, args)
     command = shlex.join(["python", "benchmarks/lsh_draws.py", *(argv if argv is not None else sys.argv[1:])])

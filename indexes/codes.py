@@ -135,6 +135,7 @@ class CodeOptions:
     float_dim: int = 128                # lsh: dimension of the float (colbert) encoder the hyperplanes cut
     hash_steps: int = 0                 # lsh: steps fine-tuning the hashed encoder after its initialisation
     hash_seed: int | None = None        # lsh: seed of the hyperplanes (None: ``seed``, as before this option)
+    hash_draws: int = 1                 # lsh: hyperplane draws tried; the one agreeing best with the floats is kept
     temperature: float = 0.1            # softmax temperature on the MaxSim scores
     seed: int = 42
     index_type: str = "flat"            # flat | hnsw
@@ -156,6 +157,10 @@ class CodeOptions:
             raise PipelineError(f"hash_head {self.hash_head!r} is for binary codes (kind 'codes'), not {self.kind!r}")
         if self.hash_seed is not None and self.hash_head != "lsh":
             raise PipelineError(f"hash_seed draws the hyperplanes of hash_head 'lsh', not {self.hash_head!r}")
+        if self.hash_draws < 1:
+            raise PipelineError(f"hash_draws must be at least 1, got {self.hash_draws}")
+        if self.hash_draws > 1 and self.hash_head != "lsh":
+            raise PipelineError(f"hash_draws chooses among hyperplane draws of hash_head 'lsh', not {self.hash_head!r}")
         if self.float_dim <= 0 or self.hash_steps < 0:
             raise PipelineError(f"float_dim must be positive and hash_steps >= 0, got {self.float_dim} and "
                                 f"{self.hash_steps}")
@@ -194,7 +199,8 @@ class CodeOptions:
     def float_options(self) -> "CodeOptions":
         """The float (colbert) encoder an ``lsh`` hash head starts from: these training options, ``float_dim``."""
         return dataclasses.replace(self, kind="colbert", dim=self.float_dim, hash_head="mlp", hash_steps=0,
-                                   hash_seed=None, straight_through=False, float_dim=CodeOptions.float_dim)
+                                   hash_seed=None, hash_draws=1, straight_through=False,
+                                   float_dim=CodeOptions.float_dim)
 
     @property
     def hyperplane_seed(self) -> int:
@@ -212,11 +218,13 @@ class CodeOptions:
             fields.update(hash_head=self.hash_head, float_dim=self.float_dim, hash_steps=self.hash_steps)
             if self.hash_seed is not None and self.hash_seed != self.seed:  # the same draw, the same key
                 fields.update(hash_seed=self.hash_seed)
+            if self.hash_draws > 1:
+                fields.update(hash_draws=self.hash_draws)
         return fields
 
 
 #: CodeOptions fields that enter the cache keys only when they matter (see ``CodeOptions._later_fields``).
-LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed")
+LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws")
 
 
 # ------------------------------------------------------------------------------------ bit packing
@@ -345,6 +353,74 @@ def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, 
         model.project.weight.copy_(hyperplanes @ projection.weight)
         model.project.bias.copy_(hyperplanes @ projection.bias)
     return model.to(projection.weight.device)
+
+
+def draw_seeds(first: int, count: int) -> list[int]:
+    """The hyperplane seeds ``hash_draws=count`` tries: ``first`` (the single draw's seed, so one draw is the
+    draw of before) and ``count - 1`` seeds derived from it by hashing, so that pools started from different
+    seeds do not share draws."""
+    derived = [int(hashlib.sha1(f"hyperplanes:{first}:{i}".encode()).hexdigest()[:8], 16) for i in range(1, count)]
+    return [first, *derived]
+
+
+#: training queries and candidates per query :func:`hyperplane_agreement` scores (BM25's top non-relevant
+#: documents and up to a quarter of them judged relevant)
+AGREEMENT_QUERIES = 64
+AGREEMENT_DOCS = 24
+
+
+def kendall_tau(first: torch.Tensor, second: torch.Tensor) -> float:
+    """Kendall's tau-a of two score vectors over the same items (ties count as disagreement-free zeros)."""
+    a = torch.sign(first[:, None] - first[None, :])
+    b = torch.sign(second[:, None] - second[None, :])
+    pairs = len(first) * (len(first) - 1)
+    return float((a * b).sum() / pairs) if pairs else 1.0
+
+
+def agreement_sample(source: TrainingSource, negatives: dict[str, list[str]], seed: int,
+                     queries: int = AGREEMENT_QUERIES, docs: int = AGREEMENT_DOCS) -> list[tuple[str, list[str]]]:
+    """``(query text, document texts)`` of up to ``queries`` training queries (seeded sample): each with its
+    first judged-relevant documents (at most a quarter of ``docs``) and BM25's top non-relevant ones."""
+    store = source.dataset.doc_store()
+    qrels = source.dataset.qrels_dict()
+    chosen = sorted(source.query_ids)
+    random.Random(seed).shuffle(chosen)
+    sample = []
+    for qid in chosen:
+        relevant = sorted(d for d, r in qrels.get(qid, {}).items() if r > 0 and d in store)[: max(1, docs // 4)]
+        pool = relevant + [d for d in negatives.get(qid, []) if d in store][: docs - len(relevant)]
+        if len(pool) >= 2:
+            sample.append((source.dataset.queries[qid].text, [store[d].text for d in pool]))
+        if len(sample) == queries:
+            break
+    return sample
+
+
+@torch.no_grad()
+def hyperplane_agreement(float_model: "TokenCodeEncoder", tokenizer, sample: Sequence[tuple[str, list[str]]],
+                         bits: int, seeds: Sequence[int], options: "CodeOptions", device=None) -> list[float]:
+    """For each seed, the mean Kendall tau, over ``sample``'s queries, between the float model's MaxSim
+    scores of the query's documents and the scores of their ``bits``-bit hashed codes under that seed's
+    hyperplanes (:func:`hashed_from_float`: normalised ``R x`` for query tokens, ``sign(R x)`` for document
+    tokens, ``x`` the float projections). No relevance label is used: the draw is judged only by how well
+    its codes reproduce the float ranking, which is all that hashing can lose. Each text is encoded once."""
+    float_model.eval()
+    planes = [random_hyperplanes(bits, float_model.dim, seed).to(float_model.project.weight.device) for seed in seeds]
+    taus = np.zeros((len(seeds), len(sample)))
+    for column, (query, docs) in enumerate(sample):
+        q_ids, q_att = tokenize(tokenizer, [query], options.query_max_length, device)
+        d_ids, d_att = tokenize(tokenizer, docs, options.doc_max_length, device)
+        with _autocast(device):
+            q, q_mask = float_model.project_tokens(q_ids, q_att)
+            d, d_mask = float_model.project_tokens(d_ids, d_att)
+        q, d = q.float(), d.float()
+        reference = maxsim(F.normalize(q, dim=-1) * q_mask[..., None], q_mask,
+                           F.normalize(d, dim=-1) * d_mask[..., None], d_mask)[0]
+        for row, plane in enumerate(planes):
+            hashed_q = F.normalize(q @ plane.T, dim=-1) * q_mask[..., None]
+            codes = torch.where(d @ plane.T >= 0, 1.0, -1.0) * d_mask[..., None]
+            taus[row, column] = kendall_tau(reference, maxsim(hashed_q, q_mask, codes, d_mask)[0])
+    return taus.mean(axis=1).tolist()
 
 
 def tokenize(tokenizer, texts: Sequence[str], max_length: int, device=None):
@@ -649,8 +725,20 @@ def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, root: 
     Returns ``(model, training summary)``; the summary is the float encoder's with ``hash_steps`` added."""
     float_checkpoint, float_meta = obtain_encoder(options.float_options(), source, root, force, device)
     tokenizer, float_model, _ = load_encoder_checkpoint(float_checkpoint, device)
-    model = hashed_from_float(float_model, options.dim, options.alpha, options.hyperplane_seed)
     summary = {**(float_meta.get("training") or {}), "hash_steps": options.hash_steps}
+    seed = options.hyperplane_seed
+    if options.hash_draws > 1:
+        if negatives is None:
+            negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth, root)
+        seeds = draw_seeds(seed, options.hash_draws)
+        sample = agreement_sample(source, negatives, options.seed)
+        agreement = hyperplane_agreement(float_model, tokenizer, sample, options.dim, seeds, options, device)
+        seed = seeds[int(np.argmax(agreement))]
+        summary.update(hash_draws={"seeds": seeds, "kendall_tau": [round(t, 5) for t in agreement],
+                                   "queries": len(sample), "chosen": seed})
+        log.info("lsh hyperplane draws %s: mean Kendall tau with the float scores %s; keeping %d",
+                 seeds, [f"{t:.4f}" for t in agreement], seed)
+    model = hashed_from_float(float_model, options.dim, options.alpha, seed)
     if options.hash_steps:
         _, model, report = train_encoder(options, source, negatives, device, start=(tokenizer, model),
                                          steps=options.hash_steps)

@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     codes.add_argument("--float-dim", type=int, default=128, help="codes, lsh: floats per vector of the float encoder")
     codes.add_argument("--hash-steps", type=int, default=0, help="codes, lsh: fine-tuning steps after the hashing")
     codes.add_argument("--hash-seed", type=int, help="codes, lsh: seed of the hyperplanes (default: --seed)")
+    codes.add_argument("--hash-draws", type=int, default=1,
+                       help="codes, lsh: hyperplane draws tried (from --hash-seed on); the one whose codes rank "
+                            "the training queries' candidates most like the float encoder is kept")
     codes.add_argument("--index-type", default="flat", choices=["flat", "hnsw"], help="faiss index structure")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -73,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                               index_type=args.index_type, threads=args.threads,
                               straight_through=args.straight_through, hash_head=args.hash_head,
-                              float_dim=args.float_dim, hash_steps=args.hash_steps, hash_seed=args.hash_seed)
+                              float_dim=args.float_dim, hash_steps=args.hash_steps, hash_seed=args.hash_seed,
+                              hash_draws=args.hash_draws)
         path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -254,6 +254,48 @@ def test_lsh_codes_start_from_the_cached_float_encoder(tiny_encoder, dataset, tm
                           atol=1e-6)
 
 
+def test_draw_seeds_start_from_the_single_draw_and_do_not_overlap():
+    assert codes.draw_seeds(42, 1) == [42]
+    pool = codes.draw_seeds(42, 4)
+    assert pool[0] == 42 and len(set(pool)) == 4 and pool == codes.draw_seeds(42, 4)
+    assert not set(pool) & set(codes.draw_seeds(1, 4))        # pools from other seeds are other draws
+
+
+def test_kendall_tau_hand_examples():
+    scores = torch.tensor([3.0, 1.0, 2.0, 0.0])
+    assert codes.kendall_tau(scores, scores) == 1.0
+    assert codes.kendall_tau(scores, -scores) == -1.0
+    # one discordant pair (items 1 and 2) of 6: (5 - 1) / 6
+    assert codes.kendall_tau(scores, torch.tensor([3.0, 2.0, 1.0, 0.0])) == pytest.approx(4 / 6)
+    assert codes.kendall_tau(torch.tensor([1.0]), torch.tensor([2.0])) == 1.0
+
+
+def test_hyperplane_agreement_grows_with_bits_and_picks_the_draw(tiny_encoder, dataset, tmp_path):
+    source = resolve_training(dataset)
+    float_options = small_options(tiny_encoder, kind="colbert")
+    float_checkpoint, _ = codes.obtain_encoder(float_options, source, tmp_path)
+    tokenizer, float_model, _ = codes.load_encoder_checkpoint(float_checkpoint)
+    negatives = codes.bm25_negatives(dataset, source.query_ids, 20, tmp_path)
+    sample = codes.agreement_sample(source, negatives, seed=0, queries=5, docs=8)
+    assert len(sample) == 5 and all(2 <= len(docs) <= 8 for _, docs in sample)
+    lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16)
+    few = codes.hyperplane_agreement(float_model, tokenizer, sample, 8, [1, 2, 3], lsh)
+    many = codes.hyperplane_agreement(float_model, tokenizer, sample, 2048, [1, 2, 3], lsh)
+    assert all(-1 <= t <= 1 for t in few + many)
+    assert min(many) > max(few) and min(many) > 0.8              # more bits, closer to the float ranking
+    assert codes.hyperplane_agreement(float_model, tokenizer, sample, 8, [1, 2, 3], lsh) == few
+    # hash_draws: the index keeps the draw of highest agreement, and says so
+    drawn = dataclasses.replace(lsh, hash_draws=3)
+    path = build_code_index(dataset, drawn, tmp_path)
+    report = index_metadata(path)["train"]["report"]["hash_draws"]
+    assert report["seeds"] == codes.draw_seeds(lsh.seed, 3) and len(report["kendall_tau"]) == 3
+    assert report["chosen"] == report["seeds"][int(np.argmax(report["kendall_tau"]))]
+    model = CodeRetriever(path).model
+    expected = codes.random_hyperplanes(64, 16, report["chosen"]) @ float_model.project.weight
+    assert torch.allclose(model.project.weight, expected, atol=1e-6)
+    assert path != build_code_index(dataset, lsh, tmp_path)
+
+
 def test_hash_head_options_and_keys(tiny_encoder, dataset, root):
     source = resolve_training(dataset)
     base = small_options(tiny_encoder)
@@ -278,6 +320,14 @@ def test_hash_head_options_and_keys(tiny_encoder, dataset, root):
     assert dataclasses.replace(lsh, hash_seed=1).float_options().training_fields() == lsh.float_options().training_fields()
     with pytest.raises(PipelineError, match="hash_seed draws the hyperplanes"):
         small_options(tiny_encoder, hash_seed=3)
+    # hash_draws: in the key only above 1; the float encoder is the same
+    assert encoder_path(dataclasses.replace(lsh, hash_draws=1), source, root) == encoder_path(lsh, source, root)
+    assert encoder_path(dataclasses.replace(lsh, hash_draws=4), source, root) not in keys
+    assert dataclasses.replace(lsh, hash_draws=4).float_options() == lsh.float_options()
+    with pytest.raises(PipelineError, match="hash_draws chooses among hyperplane draws"):
+        small_options(tiny_encoder, hash_draws=2)
+    with pytest.raises(PipelineError, match="hash_draws must be at least 1"):
+        small_options(tiny_encoder, hash_head="lsh", hash_draws=0)
 
 
 def test_batches_exclude_other_relevant_docs_from_a_querys_softmax(dataset):
