@@ -679,3 +679,25 @@ def test_code_benchmark_arguments_build_the_options_they_describe():
     assert (options.hash_seed, options.hash_steps, options.dim) == (3, 100, 512)
     assert "seed 3)" in code_first_stage.describe_codes(redrawn)
     assert code_first_stage.code_options("colbert", redrawn).hash_seed is None  # floats have no hyperplanes
+    drawn = parser.parse_args(["--hash-head", "lsh", "--bits", "512", "--hash-seed", "3", "--hash-draws", "4"])
+    assert code_first_stage.code_options("codes", drawn).hash_draws == 4
+    assert "the best of 4 draws from seed 3" in code_first_stage.describe_codes(drawn)
+    assert code_first_stage.code_options("colbert", drawn).hash_draws == 1
+
+
+def test_lsh_draws_benchmark_selects_the_draw_the_index_keeps(tiny_encoder, dataset, tmp_path, monkeypatch):
+    """lsh_draws.py --select K picks, from each pool, the draw that CodeOptions(hash_draws=K) indexes."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import lsh_draws
+
+    monkeypatch.setenv("PIPELINE_INDEX_DIR", str(tmp_path))
+    float_options = small_options(tiny_encoder, kind="colbert", seed=7)
+    retriever = CodeRetriever(build_code_index(dataset, float_options, tmp_path), k_prime=8)
+    pool = codes.draw_seeds(7, 3)
+    agreement = lsh_draws.agreements(retriever, dataset, float_options, pool, 64)
+    drawn = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16, seed=7, hash_draws=3)
+    report = index_metadata(build_code_index(dataset, drawn, tmp_path))["train"]["report"]["hash_draws"]
+    assert report["kendall_tau"] == [round(agreement[seed], 5) for seed in pool]
+    assert report["chosen"] == max(pool, key=agreement.get)
