@@ -59,9 +59,14 @@ class RankingData:
         return cls({q: dataset.queries[q] for q in query_ids}, {q: candidates[q] for q in query_ids},
                    {q: qrels.get(q, {}) for q in query_ids}, dataset.doc_store())
 
-    def positives(self, query_id: str) -> list[str]:
-        """Judged-relevant documents (relevance > 0) whose text is available, in a stable order."""
-        return sorted(d for d, r in self.qrels.get(query_id, {}).items() if r > 0 and d in self.docs)
+    def positives(self, query_id: str, pool: str = "all") -> list[str]:
+        """Judged-relevant documents (relevance > 0) whose text is available, in a stable order; with
+        ``pool="candidates"`` only those among the query's candidates."""
+        relevant = sorted(d for d, r in self.qrels.get(query_id, {}).items() if r > 0 and d in self.docs)
+        if pool == "candidates":
+            retrieved = {h.doc_id for h in self.candidates.get(query_id, [])}
+            relevant = [d for d in relevant if d in retrieved]
+        return relevant
 
     def negatives(self, query_id: str) -> list[str]:
         """Candidates not judged relevant (unjudged ones count as non-relevant)."""
@@ -102,6 +107,7 @@ class TrainConfig:
     schedule: str = "constant"      # learning rate over the run: constant | linear (falls to ~0 at the last step)
     warmup: float = 0.0             # linear warm-up from 0: a fraction of all steps (< 1) or a number of steps
     head_learning_rate: float = 0.0  # learning rate of the layers around a pre-trained encoder (0: learning_rate)
+    positive_pool: str = "all"      # positives: every judged-relevant document (all) | those among the candidates
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -110,6 +116,9 @@ class TrainConfig:
             raise PipelineError(f"unknown optimizer {self.optimizer!r}; expected adam, adamw or sgd")
         if self.schedule not in SCHEDULES:
             raise PipelineError(f"unknown schedule {self.schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        if self.positive_pool not in POSITIVE_POOLS:
+            raise PipelineError(f"unknown positive_pool {self.positive_pool!r}; expected one of "
+                                f"{', '.join(POSITIVE_POOLS)}")
         if self.head_learning_rate < 0:
             raise PipelineError(f"head_learning_rate must be >= 0 (0: the same as learning_rate), "
                                 f"got {self.head_learning_rate}")
@@ -119,6 +128,11 @@ class TrainConfig:
 
 
 SCHEDULES = ("constant", "linear")
+#: where training positives come from. ``candidates`` matters where most judged-relevant documents are not
+#: among the first stage's candidates (NFCorpus: ~35 per query, mostly indirect links): drawn from the
+#: whole collection while the negatives are the candidates' non-relevant ones, the positives differ from the
+#: negatives by *not* matching the query lexically, which is the opposite of what re-ranking needs.
+POSITIVE_POOLS = ("all", "candidates")
 
 
 def learning_rate_factor(step: int, total_steps: int, schedule: str, warmup: float) -> float:
@@ -243,7 +257,7 @@ class Trainer:
         config = self.config
         units = []
         for query_id in sorted(data.queries):
-            positives, negatives = data.positives(query_id), data.negatives(query_id)
+            positives, negatives = data.positives(query_id, config.positive_pool), data.negatives(query_id)
             if not positives or not negatives:
                 continue
             query = data.queries[query_id]

@@ -298,6 +298,26 @@ def test_head_learning_rate_is_refused_for_a_model_without_a_pretrained_encoder(
         train_tiny(tiny, epochs=1, head_learning_rate=1e-3)
 
 
+def test_positive_pool_keeps_the_positives_among_the_candidates():
+    from pipeline.records import Doc, Query, ScoredDoc
+    from pipeline.training import Trainer
+
+    docs = {d: Doc(d, f"text {d}") for d in ("r1", "r2", "r3", "n1", "n2")}
+    data = RankingData({"q": Query("q", "query")},
+                       {"q": [ScoredDoc("q", "r2", 3.0), ScoredDoc("q", "n1", 2.0), ScoredDoc("q", "n2", 1.0)]},
+                       {"q": {"r1": 1, "r2": 2, "r3": 1, "n1": 0}}, docs)
+    assert data.positives("q") == ["r1", "r2", "r3"]                # every judged-relevant document
+    assert data.positives("q", "candidates") == ["r2"]               # only the retrieved one
+    assert data.negatives("q") == ["n1", "n2"]
+    for pool, expected in (("all", {"r1", "r2", "r3"}), ("candidates", {"r2"})):
+        config = TrainConfig(loss="hinge", negatives=2, positive_pool=pool)
+        units = Trainer(None, config).epoch_units(data, random.Random(0))
+        assert {u[1][0].doc_id for u in units} == expected and len(units) == 2 * len(expected)
+        assert {u[1][1].doc_id for u in units} <= {"n1", "n2"}
+    with pytest.raises(PipelineError, match="unknown positive_pool 'judged'"):
+        TrainConfig(positive_pool="judged")
+
+
 def test_trainer_follows_the_learning_rate_schedule(tiny):
     _, constant, _ = train_tiny(tiny, use_dev=False, epochs=3)
     assert [e.learning_rate for e in constant.epochs] == [0.01] * 3
