@@ -101,7 +101,7 @@ def code_options(kind: str, args):
     from indexes.codes import CodeOptions
 
     binary = {"dim": args.bits, "hash_head": args.hash_head, "hash_steps": args.hash_steps,
-              "hash_seed": args.hash_seed, "hash_draws": getattr(args, "hash_draws", 1)} if kind == "codes" else {}
+              "hash_seed": args.hash_seed, "hash_draws": args.hash_draws} if kind == "codes" else {}
     return CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
                        k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through,
                        **binary)
@@ -141,9 +141,8 @@ def describe_codes(args) -> str:
     """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
     if args.hash_head == "lsh":
         seed = code_options("codes", args).hyperplane_seed
-        draws = getattr(args, "hash_draws", 1)
-        chosen = (f"the best of {draws} draws from seed {seed} by agreement with the float scores" if draws > 1
-                  else f"seed {seed}")
+        chosen = (f"the best of {args.hash_draws} draws from seed {seed} by agreement with the float scores"
+                  if args.hash_draws > 1 else f"seed {seed}")
         binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks, {chosen}) over the float "
                   f"encoder's vectors, then {args.hash_steps} fine-tuning steps")
     else:

@@ -418,7 +418,7 @@ def hyperplane_agreement(float_model: "TokenCodeEncoder", tokenizer, sample: Seq
                            F.normalize(d, dim=-1) * d_mask[..., None], d_mask)[0]
         for row, plane in enumerate(planes):
             hashed_q = F.normalize(q @ plane.T, dim=-1) * q_mask[..., None]
-            codes = torch.where(d @ plane.T >= 0, 1.0, -1.0) * d_mask[..., None]
+            codes = float_model.binary_codes(d @ plane.T, hard=True) * d_mask[..., None]  # what the index stores
             taus[row, column] = kendall_tau(reference, maxsim(hashed_q, q_mask, codes, d_mask)[0])
     return taus.mean(axis=1).tolist()
 

@@ -318,9 +318,9 @@ class Trainer:
         module = self.reranker.module
         module.to(device)
         self.reranker.device = device
-        parameters = [p for p in module.parameters() if p.requires_grad]
         groups = parameter_groups(module, getattr(self.reranker, "pretrained_prefixes", ()),
                                   config.learning_rate, config.head_learning_rate)
+        parameters = [p for group in groups for p in group["params"]]
         if config.optimizer == "sgd":
             optimizer = torch.optim.SGD(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         elif config.optimizer == "adamw":
