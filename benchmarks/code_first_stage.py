@@ -2,7 +2,7 @@
 
     python benchmarks/code_first_stage.py [--datasets nfcorpus vaswani-npl] [--steps 500] [--threads 2]
                                           [--straight-through] [--bits 128] [--hash-head mlp|lsh]
-                                          [--hash-steps 0]
+                                          [--hash-steps 0] [--hash-seed N] [--hash-draws K] [--hash-center]
                                           [--output benchmarks/results/code_first_stage.md]
 
 For each dataset: BM25 (Lucene), ``codes`` (binary per-token codes, faiss binary index) and ``colbert``
@@ -101,7 +101,8 @@ def code_options(kind: str, args):
     from indexes.codes import CodeOptions
 
     binary = {"dim": args.bits, "hash_head": args.hash_head, "hash_steps": args.hash_steps,
-              "hash_seed": args.hash_seed, "hash_draws": args.hash_draws} if kind == "codes" else {}
+              "hash_seed": args.hash_seed, "hash_draws": args.hash_draws,
+              "hash_center": args.hash_center} if kind == "codes" else {}
     return CodeOptions(kind=kind, steps=args.steps, train_dataset=TRAIN_DATASET, threads=args.threads,
                        k_prime=args.k_prime, progress=not args.quiet, straight_through=args.straight_through,
                        **binary)
@@ -121,6 +122,8 @@ def add_code_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hash-draws", type=int, default=1,
                         help="lsh: hyperplane draws tried from --hash-seed on; the one whose codes agree best "
                              "with the float scores on training queries is kept (default 1)")
+    parser.add_argument("--hash-center", action="store_true",
+                        help="lsh: hash each float vector minus the mean token vector of training documents")
 
 
 def machine_line(threads: int) -> str:
@@ -143,8 +146,9 @@ def describe_codes(args) -> str:
         seed = code_options("codes", args).hyperplane_seed
         chosen = (f"the best of {args.hash_draws} draws from seed {seed} by agreement with the float scores"
                   if args.hash_draws > 1 else f"seed {seed}")
+        centred = " minus their mean over training documents (centred)" if args.hash_center else ""
         binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks, {chosen}) over the float "
-                  f"encoder's vectors, then {args.hash_steps} fine-tuning steps")
+                  f"encoder's vectors{centred}, then {args.hash_steps} fine-tuning steps")
     else:
         binary = f"binary codes: ADDAX's hashing MLP to {args.bits} bits"
     return (f"encoder all-MiniLM-L6-v2; float: linear projection to 128 floats; {binary}; {args.steps} training "

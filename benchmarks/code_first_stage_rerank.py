@@ -15,7 +15,11 @@ and built, encoder training included, when missing).
 
 Reported per dataset and first stage: nDCG@10 and R@100 of the first stage alone, nDCG@10 and AP after
 re-ranking, the p-value of a paired t-test of the re-ranked nDCG@10 against BM25 + the same re-ranker, and
-the re-ranking time. ``--rerank-depth D`` re-scores only each first stage's top D (the rest keep their
+the re-ranking time. ``--interpolate W|auto`` adds the re-ranker interpolated with the first stage
+(:mod:`pipeline.fusion`, as ``pipeline.run --interpolate``): ``auto`` tunes the weight on the re-ranker's own
+early-stopping queries (``nfcorpus-dev``'s held-out 15%, BM25 candidates, nDCG@10) and applies that one
+weight to every first stage and dataset (the code first stages have no index of the training pool: an
+index of it would be built by an encoder trained on those very queries). ``--rerank-depth D`` re-scores only each first stage's top D (the rest keep their
 first-stage order below them), which bounds the cost of a transformer on a CPU. The re-ranker keeps its document cache between first stages (documents shared by two
 first stages are encoded once), so re-ranking times after the first first stage of a dataset are lower.
 """
@@ -42,6 +46,7 @@ TRAIN_DATASET = "nfcorpus-dev"
 FIRST_STAGES = ("bm25", "codes", "colbert")
 FIRST_MEASURES = "nDCG@10 R@100"
 RERANK_MEASURES = "nDCG@10 AP"
+TUNING_MEASURE = "nDCG@10"
 
 
 def train_reranker(args):
@@ -65,6 +70,24 @@ def train_reranker(args):
                             f"{args.k}) in {time.perf_counter() - started:.0f} s -> {path}")
 
 
+def tuned_weight(reranker, args) -> tuple[float, str]:
+    """The interpolation weight of the best dev nDCG@10 over the re-ranker's early-stopping queries
+    (BM25 top ``--k``, top ``--rerank-depth`` re-ranked), and a line describing the choice."""
+    from pipeline import fusion
+    from pipeline.run import head, rerank
+    from pipeline.training import hold_out
+
+    dataset = load_dataset(TRAIN_DATASET)
+    judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
+    _, dev = hold_out(judged, 0.15, args.seed)
+    retriever = make_first_stage("bm25", dataset, BM25Settings(threads=args.threads))
+    top = head(retriever.search([dataset.queries[q] for q in dev], args.k), args.rerank_depth)
+    best, values = fusion.tune_weight(top, rerank(reranker, dataset, top), dataset.qrels, TUNING_MEASURE)
+    return best, (f"interpolation weight {best:g} on the first stage, tuned on {len(dev)} {TRAIN_DATASET} dev "
+                  f"queries ({TUNING_MEASURE} {values[best]:.4f}; re-ranker alone {values[0.0]:.4f}, BM25 alone "
+                  f"{values[1.0]:.4f})")
+
+
 def first_stage(kind: str, dataset, args):
     """BM25, or the code index ``benchmarks/code_first_stage.py --steps args.steps`` builds for ``kind``."""
     if kind == "bm25":
@@ -75,7 +98,8 @@ def first_stage(kind: str, dataset, args):
                          threads=args.threads)
 
 
-def benchmark(name: str, reranker, args) -> list[str]:
+def benchmark(name: str, reranker, args, weight: float | None = None) -> list[str]:
+    from pipeline.fusion import interpolate
     from pipeline.run import append_tail, head, rerank
 
     dataset = load_dataset(name)
@@ -87,7 +111,8 @@ def benchmark(name: str, reranker, args) -> list[str]:
         run = first_stage(kind, dataset, args).search(queries, args.k)
         before = evaluate(run, qrels, FIRST_MEASURES).aggregate
         started = time.perf_counter()
-        reranked = rerank(reranker, dataset, head(run, args.rerank_depth))
+        top = head(run, args.rerank_depth)
+        reranked = rerank(reranker, dataset, top)
         after = evaluate(append_tail(reranked, run) if args.rerank_depth else reranked, qrels, RERANK_MEASURES)
         seconds = time.perf_counter() - started
         scores[kind] = after.per_query["nDCG@10"]
@@ -96,8 +121,17 @@ def benchmark(name: str, reranker, args) -> list[str]:
         if base is not None and kind != "bm25":
             common = sorted(set(base) & set(scores[kind]))
             pvalue = f"{paired_test([scores[kind][q] for q in common], [base[q] for q in common]):.3f}"
+        fused = ""
+        if weight is not None:
+            mixed = interpolate(top, reranked, weight)
+            mixed = evaluate(append_tail(mixed, run) if args.rerank_depth else mixed, qrels, RERANK_MEASURES)
+            alone = evaluate(run, qrels, "nDCG@10").per_query["nDCG@10"]
+            common = sorted(set(alone) & set(mixed.per_query["nDCG@10"]))
+            gain = paired_test([mixed.per_query["nDCG@10"][q] for q in common], [alone[q] for q in common])
+            fused = f" {mixed.aggregate['nDCG@10']:.4f} | {mixed.aggregate['AP']:.4f} | {gain:.3f} |"
         rows.append(f"| {dataset.name} ({len(queries)} q) | {kind} | {before['nDCG@10']:.4f} | {before['R@100']:.4f} "
-                    f"| {after.aggregate['nDCG@10']:.4f} | {after.aggregate['AP']:.4f} | {pvalue} | {seconds:.0f} |")
+                    f"| {after.aggregate['nDCG@10']:.4f} | {after.aggregate['AP']:.4f} | {pvalue} | {seconds:.0f} |"
+                    + fused)
         print(rows[-1], flush=True)
     return rows
 
@@ -114,6 +148,9 @@ def main(argv=None) -> None:
     parser.add_argument("--first-stages", nargs="+", default=list(FIRST_STAGES), choices=FIRST_STAGES)
     parser.add_argument("--rerank-depth", type=int, default=0,
                         help="re-rank only the top D of the k (the rest follow in first-stage order; 0: all)")
+    parser.add_argument("--interpolate", metavar="W|auto",
+                        help="also report the re-ranker interpolated with each first stage: a weight in [0, 1] "
+                             "on the first stage, or auto (tuned on the re-ranker's dev queries, BM25, nDCG@10)")
     parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
     parser.add_argument("--max-queries", type=int, help="smoke test: re-rank only each dataset's first N queries")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -131,16 +168,27 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     reranker, trained = train_reranker(args)
     print(trained, flush=True)
+    weight, weighting = None, ""
+    if args.interpolate == "auto":
+        weight, weighting = tuned_weight(reranker, args)
+    elif args.interpolate is not None:
+        from pipeline.run import parse_weight
+
+        weight = parse_weight(args.interpolate)
+        weighting = f"interpolation weight {weight:g} on the first stage (fixed)"
+    if weighting:
+        print(weighting, flush=True)
+    fused = " nDCG@10 interpolated | AP interpolated | p vs first stage alone (nDCG@10) |" if weight is not None else ""
     rows = [f"| dataset | first stage | nDCG@10 | R@100 | nDCG@10 + {args.reranker} | AP + {args.reranker} "
-            f"| p vs BM25 + {args.reranker} (nDCG@10) | re-ranking s |",
-            "|---|---|---|---|---|---|---|---|"]
+            f"| p vs BM25 + {args.reranker} (nDCG@10) | re-ranking s |" + fused,
+            "|---|---|---|---|---|---|---|---|" + "---|" * (3 if weight is not None else 0)]
     for name in args.datasets:
-        rows += benchmark(name, reranker, args)
+        rows += benchmark(name, reranker, args, weight)
     machine = machine_line(args.threads)
     text = "\n".join([
         f"<!-- {command} ({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s) -->",
         f"# First stage + {args.reranker}: BM25 vs learned codes ({machine})",
-        f"Re-ranker: {trained}. Top {args.k} per query from each first stage"
+        f"Re-ranker: {trained}.{f' {weighting[0].upper()}{weighting[1:]}.' if weighting else ''} Top {args.k} per query from each first stage"
         f"{f', the top {args.rerank_depth} re-ranked' if args.rerank_depth else ''} (code indexes: "
         f"{describe_codes(args)}; {args.k_prime} neighbours per query token); paired t-test on the queries of "
         "each dataset.",

@@ -1,7 +1,7 @@
-"""How much the random hyperplanes of ``hash_head="lsh"`` binary codes matter: several draws, two kinds.
+"""How much the random hyperplanes of ``hash_head="lsh"`` binary codes matter: several draws, three kinds.
 
     python benchmarks/lsh_draws.py [--datasets nfcorpus vaswani-npl] [--steps 100] [--bits 512]
-                                   [--seeds 42 1 2 3 4] [--select K] [--threads 1]
+                                   [--seeds 42 1 2 3 4] [--kinds orthogonal gaussian centred] [--select K] [--threads 1]
                                    [--output benchmarks/results/lsh_draws.md]
 
 An ``lsh`` code index (``indexes.codes.hashed_from_float`` with no fine-tuning) stores ``sign(R v)`` for each
@@ -20,6 +20,11 @@ scores and the draw's hashed scores over training queries' BM25 candidates
 the test queries). ``--select K`` then plays ``hash_draws=K`` from each ``--seeds`` value: of the K draws
 :func:`indexes.codes.draw_seeds` gives, the one with the highest agreement is kept and evaluated, which
 shows whether choosing a draw by agreement avoids the bad draws without looking at the test queries.
+
+The ``centred`` kind is ``hash_center=True`` (:func:`indexes.codes.hashed_from_float` with the
+:func:`indexes.codes.center_sample` of the encoder's training documents): orthogonal blocks over ``v - mu``,
+searched with ``R (q - mu)`` and scored by :func:`indexes.codes.centred_similarity`, exactly as such an
+index would be.
 """
 from __future__ import annotations
 
@@ -44,6 +49,8 @@ from pipeline.evaluate import evaluate  # noqa: E402
 
 MEASURES = ["nDCG@10", "R@100"]
 _AGREEMENT: dict[tuple, float] = {}  # (training source, seed) -> agreement, shared by the datasets
+_CENTER: dict[str, object] = {}  # training source -> center_sample's token vectors, shared by the datasets
+KINDS = ("orthogonal", "gaussian", "centred")
 
 
 def hyperplanes(kind: str, bits: int, dim: int, seed: int) -> np.ndarray:
@@ -52,33 +59,53 @@ def hyperplanes(kind: str, bits: int, dim: int, seed: int) -> np.ndarray:
 
     from indexes.codes import random_hyperplanes
 
-    if kind == "orthogonal":
+    if kind in ("orthogonal", "centred"):
         return random_hyperplanes(bits, dim, seed).numpy().astype(np.float32)
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(bits, dim, generator=generator).numpy().astype(np.float32)
 
 
 def hashed_search(retriever, float_vectors: np.ndarray, query_vectors: list, queries: list, planes: np.ndarray,
-                  k: int) -> dict:
-    """The run of the binary index ``sign(planes v)`` searched with normalised ``planes q``. Switches the
-    float ``retriever`` to those codes in place (every field its search reads), so its float search must
-    be run before the first call."""
+                  k: int, centred=None) -> dict:
+    """The run of the binary index ``sign(planes v)`` searched with normalised ``planes q`` or, with a
+    ``centred`` encoder (:func:`indexes.codes.hashed_from_float` with a sample, same planes), of
+    ``sign(planes (v - mu))`` searched as its index is. Switches the float ``retriever`` to those codes in
+    place (every field its search reads), so its float search must be run before the first call."""
     import faiss
+    import torch
 
     from indexes.codes import pack_codes
 
     bits = len(planes)
-    packed = pack_codes(float_vectors @ planes.T)
+    retriever.model = centred or retriever.__dict__.setdefault("float_model", retriever.model)
+    if centred is None:
+        packed = pack_codes(float_vectors @ planes.T)
+    else:
+        with torch.inference_mode():
+            packed = pack_codes(centred.hash_unit_vectors(torch.from_numpy(float_vectors)).numpy())
     index = faiss.IndexBinaryFlat(bits)
     index.add(packed)
     retriever.binary, retriever.dim, retriever.vectors = True, bits, packed
     retriever.index = retriever._cpu_index = index
     run = {}
     for query, vectors in zip(queries, query_vectors):
-        projected = vectors @ planes.T
-        projected /= np.maximum(np.linalg.norm(projected, axis=1, keepdims=True), 1e-12)
-        run[query.query_id] = retriever._ranking(query, projected, retriever.candidates(projected), k)
+        if centred is None:
+            vectors = vectors @ planes.T
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        run[query.query_id] = retriever._ranking(query, vectors, retriever.candidates(vectors), k)
     return run
+
+
+def centred_encoder(retriever, dataset, options, bits: int, seed: int):
+    """The ``hash_center`` encoder an ``lsh`` index of ``options`` with hyperplane seed ``seed`` would use
+    (its center from the float encoder's training documents, computed once per training source)."""
+    from indexes.codes import center_sample, hashed_from_float, resolve_training
+
+    float_model = retriever.__dict__.setdefault("float_model", retriever.model)
+    source = resolve_training(dataset, options.train_dataset)
+    if source.key() not in _CENTER:
+        _CENTER[source.key()] = center_sample(float_model, retriever.tokenizer, source, options, retriever.device)[0]
+    return hashed_from_float(float_model, bits, options.alpha, seed, _CENTER[source.key()])
 
 
 def agreements(retriever, dataset, options, seeds, bits: int) -> dict[int, float]:
@@ -119,7 +146,8 @@ def benchmark(name: str, args) -> list[str]:
     def draw(kind: str, seed: int) -> dict:
         if (kind, seed) not in cache:
             planes = hyperplanes(kind, args.bits, float_vectors.shape[1], seed)
-            run = hashed_search(retriever, float_vectors, query_vectors, queries, planes, args.k)
+            centred = centred_encoder(retriever, dataset, options, args.bits, seed) if kind == "centred" else None
+            run = hashed_search(retriever, float_vectors, query_vectors, queries, planes, args.k, centred)
             cache[(kind, seed)] = evaluate(run, qrels, MEASURES).aggregate
         return cache[(kind, seed)]
 
@@ -172,8 +200,9 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=100, help="training steps of the float encoder (default 100)")
     parser.add_argument("--bits", type=int, default=512)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2, 3, 4])
-    parser.add_argument("--kinds", nargs="+", default=["orthogonal", "gaussian"], choices=["orthogonal", "gaussian"],
-                        help="hyperplane kinds to evaluate for --seeds (default both)")
+    parser.add_argument("--kinds", nargs="+", default=["orthogonal", "gaussian"], choices=KINDS,
+                        help="hyperplane kinds to evaluate for --seeds (default orthogonal gaussian; centred: "
+                             "orthogonal blocks over v - mu, hash_center)")
     parser.add_argument("--select", type=int, default=1,
                         help="also keep, from each --seeds value, the best of this many draws by agreement")
     parser.add_argument("--threads", type=int, default=1)

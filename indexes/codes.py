@@ -17,7 +17,12 @@ token vectors with ``dim`` random hyperplanes (sign random projections, :func:`h
 optionally fine-tune the hashed encoder for ``hash_steps`` steps with the binary loss. ADDAX's MLP starts
 from a random hashing of MiniLM's states; ``lsh`` starts from codes that already rank like the float index,
 and with more bits than floats (512 bits = 64 bytes per token against 128 float32 = 512 bytes) it stays
-within a few hundredths of its nDCG (BENCHMARKS.md).
+within a few hundredths of its nDCG (BENCHMARKS.md). ``hash_center`` centres the hashing: the float token
+vectors of a trained encoder share one dominant direction (MiniLM + projection: the mean of the unit token
+vectors has norm .93 on NFCorpus), so hyperplanes through the origin mostly put every token on the same
+side and waste their bits; ``sign(R (v - mu))``, ``mu`` the mean token vector of training documents, splits
+the tokens evenly, and the score decodes ``v`` back from its code using ``|v| = 1``
+(:func:`centred_similarity`).
 
 Padding and the special tokens ([CLS], [SEP], [PAD], [MASK]) never get a vector, on either side.
 
@@ -136,6 +141,7 @@ class CodeOptions:
     hash_steps: int = 0                 # lsh: steps fine-tuning the hashed encoder after its initialisation
     hash_seed: int | None = None        # lsh: seed of the hyperplanes (None: ``seed``, as before this option)
     hash_draws: int = 1                 # lsh: hyperplane draws tried; the one agreeing best with the floats is kept
+    hash_center: bool = False           # lsh: hash v - mu (mu: mean token vector of training documents)
     temperature: float = 0.1            # softmax temperature on the MaxSim scores
     seed: int = 42
     index_type: str = "flat"            # flat | hnsw
@@ -161,6 +167,11 @@ class CodeOptions:
             raise PipelineError(f"hash_draws must be at least 1, got {self.hash_draws}")
         if self.hash_draws > 1 and self.hash_head != "lsh":
             raise PipelineError(f"hash_draws chooses among hyperplane draws of hash_head 'lsh', not {self.hash_head!r}")
+        if self.hash_center and self.hash_head != "lsh":
+            raise PipelineError(f"hash_center centres the hyperplanes of hash_head 'lsh', not {self.hash_head!r}")
+        if self.hash_center and self.hash_steps:
+            raise PipelineError("hash_center codes are not fine-tuned (hash_steps must be 0): their scores decode "
+                                "unit vectors, which the binary training loss does not model")
         if self.float_dim <= 0 or self.hash_steps < 0:
             raise PipelineError(f"float_dim must be positive and hash_steps >= 0, got {self.float_dim} and "
                                 f"{self.hash_steps}")
@@ -199,7 +210,7 @@ class CodeOptions:
     def float_options(self) -> "CodeOptions":
         """The float (colbert) encoder an ``lsh`` hash head starts from: these training options, ``float_dim``."""
         return dataclasses.replace(self, kind="colbert", dim=self.float_dim, hash_head="mlp", hash_steps=0,
-                                   hash_seed=None, hash_draws=1, straight_through=False,
+                                   hash_seed=None, hash_draws=1, hash_center=False, straight_through=False,
                                    float_dim=CodeOptions.float_dim)
 
     @property
@@ -220,11 +231,13 @@ class CodeOptions:
                 fields.update(hash_seed=self.hash_seed)
             if self.hash_draws > 1:
                 fields.update(hash_draws=self.hash_draws)
+            if self.hash_center:
+                fields.update(hash_center=True)
         return fields
 
 
 #: CodeOptions fields that enter the cache keys only when they matter (see ``CodeOptions._later_fields``).
-LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws")
+LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws", "hash_center")
 
 
 # ------------------------------------------------------------------------------------ bit packing
@@ -259,10 +272,14 @@ class TokenCodeEncoder(nn.Module):
     ``sign(x)`` (+-1, 0 -> +1) at index time. Float: ColBERT's linear projection, L2-normalised. Queries
     are the projection L2-normalised in both kinds (one projection for both sides, so that a query
     token's sign pattern is comparable with the documents' codes in the kNN step).
+
+    ``head="centred"`` (``hash_center``): the float projection to ``float_dim`` (L2-normalised, ``v``), then
+    ``x = R (v - center)`` with fixed ``hyperplanes`` ``R`` (buffers, saved with the weights); documents are
+    ``sign(x)``, queries stay the unit float vectors ``v`` and are scored by :func:`centred_similarity`.
     """
 
     def __init__(self, transformer, dim: int = 128, binary: bool = True, alpha: float = 5.0,
-                 skip_ids: Iterable[int] = (), head: str = "mlp"):
+                 skip_ids: Iterable[int] = (), head: str = "mlp", float_dim: int | None = None):
         super().__init__()
         self.transformer = transformer
         self.dim, self.binary, self.alpha, self.head = dim, binary, alpha, head
@@ -270,6 +287,13 @@ class TokenCodeEncoder(nn.Module):
         if binary and head == "mlp":
             self.project = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
                                          nn.ReLU(), nn.Linear(hidden, dim))
+        elif head == "centred":
+            if not binary or not float_dim:
+                raise PipelineError("a centred hash head needs binary codes and the float dimension it hashes")
+            self.project = nn.Linear(hidden, float_dim)
+            self.register_buffer("hyperplanes", torch.zeros(dim, float_dim))
+            self.register_buffer("center", torch.zeros(float_dim))
+            self.register_buffer("decode_norm", torch.ones(()))
         else:
             self.project = nn.Linear(hidden, dim)
         self.register_buffer("skip_ids", torch.tensor(sorted(set(skip_ids)), dtype=torch.long), persistent=False)
@@ -283,14 +307,28 @@ class TokenCodeEncoder(nn.Module):
         """True for the tokens that get a vector: not padding, not a special token."""
         return attention_mask.bool() & ~torch.isin(input_ids, self.skip_ids)
 
-    def project_tokens(self, input_ids, attention_mask):
-        """``([B, L, dim] projections, [B, L] token mask)``."""
+    @property
+    def centred(self) -> bool:
+        return self.head == "centred"
+
+    def _projections(self, input_ids, attention_mask):
         hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.project(hidden.float()), self.token_mask(input_ids, attention_mask)
 
+    def project_tokens(self, input_ids, attention_mask):
+        """``([B, L, dim] projections, [B, L] token mask)``: the values whose signs are the binary codes
+        (centred head: ``R (normalize(W h) - center)``)."""
+        x, mask = self._projections(input_ids, attention_mask)
+        return (self.hash_unit_vectors(F.normalize(x, dim=-1)) if self.centred else x), mask
+
+    def hash_unit_vectors(self, vectors):
+        """Centred head: ``R (v - center)`` of unit float vectors ``v`` (the signs are their codes)."""
+        return (vectors - self.center) @ self.hyperplanes.T
+
     def encode_queries(self, input_ids, attention_mask):
-        """``(L2-normalised query token vectors, mask)``; masked positions are zero."""
-        x, mask = self.project_tokens(input_ids, attention_mask)
+        """``(L2-normalised query token vectors, mask)``; masked positions are zero (centred head: the unit
+        float vectors, ``float_dim`` wide)."""
+        x, mask = self._projections(input_ids, attention_mask)
         return F.normalize(x, dim=-1) * mask[..., None], mask
 
     def encode_docs(self, input_ids, attention_mask, hard: bool = False):
@@ -305,8 +343,42 @@ class TokenCodeEncoder(nn.Module):
         return torch.where(x >= 0, 1.0, -1.0) if hard else torch.tanh(self.alpha * x)
 
     def score(self, q, q_mask, d, d_mask):
-        """MaxSim ``[Nq, Nd]`` with the kind's scale."""
-        return maxsim(q, q_mask, d, d_mask) * self.doc_scale
+        """MaxSim ``[Nq, Nd]`` with the kind's scale (centred head: over :meth:`token_similarity`)."""
+        if not self.centred:
+            return maxsim(q, q_mask, d, d_mask) * self.doc_scale
+        sims = self.token_similarity(d.reshape(-1, d.shape[-1]), q.reshape(-1, q.shape[-1]))
+        sims = sims.reshape(d.shape[0], d.shape[1], q.shape[0], q.shape[1])
+        best = sims.masked_fill(~d_mask[:, :, None, None], float("-inf")).amax(dim=1)   # [Nd, Nq, Lq]
+        best = torch.where(q_mask[None] & d_mask.any(dim=1)[:, None, None], best, torch.zeros_like(best))
+        return best.sum(dim=-1).T
+
+    def token_similarity(self, doc_vectors, query_vectors):
+        """``[M, K]`` similarities of ``M`` stored document vectors (floats, or +-1 codes) and ``K`` query
+        vectors as the index scores them: inner product (float), ``q . b / sqrt(dim)`` (binary), or
+        :func:`centred_similarity` (centred head)."""
+        if self.centred:
+            return centred_similarity(doc_vectors, query_vectors, self.hyperplanes, self.center, self.decode_norm)
+        return doc_vectors @ query_vectors.T * self.doc_scale
+
+    def knn_keys(self, query_vectors):
+        """What a query's token vectors are looked up with in the faiss index: themselves, or (centred
+        head) ``R (q - center)``, whose signs are compared with the codes."""
+        return self.hash_unit_vectors(query_vectors) if self.centred else query_vectors
+
+
+def centred_similarity(codes, queries, hyperplanes, center, decode_norm):
+    """``[M, K]`` estimates of ``q . v`` for unit query vectors ``queries`` ``[K, f]`` and the unit vectors
+    ``v`` behind ``codes`` ``[M, bits]`` (+-1, ``sign(R (v - center))``), without decoding a vector.
+
+    ``v = center + t u`` with ``u`` the unit direction of ``v - center`` and ``t >= 0``; ``|v| = 1`` gives
+    ``t = -a + sqrt(a^2 + 1 - |center|^2)`` with ``a = center . u``. ``u`` is estimated as ``R^T b /
+    |R^T b|`` (sign random projections: ``R^T b`` points along ``u`` in expectation), with ``|R^T b|`` replaced
+    by its mean over training tokens (``decode_norm``; it varies by ~1% between tokens at 512 bits), so both
+    ``a`` and ``q . u`` are inner products of the code with a projected vector (``R center``, ``R q``) and
+    the cost is that of the uncentred score. Then ``q . v = q . center + t (q . u)``."""
+    a = codes @ (hyperplanes @ center) / decode_norm
+    t = -a + torch.sqrt(torch.clamp(a * a + 1.0 - center @ center, min=0.0))
+    return (queries @ center)[None, :] + t[:, None] * (codes @ (queries @ hyperplanes.T).T) / decode_norm
 
 
 def skip_token_ids(tokenizer) -> list[int]:
@@ -338,21 +410,60 @@ def random_hyperplanes(count: int, dim: int, seed: int) -> torch.Tensor:
     return torch.cat(blocks)[:count]
 
 
-def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, seed: int) -> "TokenCodeEncoder":
+def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, seed: int,
+                      sample: torch.Tensor | None = None) -> "TokenCodeEncoder":
     """A binary encoder that hashes ``float_model``'s token vectors with ``bits`` random hyperplanes
     (sign random projections, Charikar's SimHash): same transformer, one linear head ``R W`` (``W``, ``b``:
     the float projection, ``R``: :func:`random_hyperplanes`). ``sign(R W h)`` is the code of the float
     vector ``W h`` (its norm does not change a sign); the query side is ``R W h`` L2-normalised, so the
     asymmetric score ``q . sign(R d) / sqrt(bits)`` estimates the float model's cosine (up to a constant
     factor) with a variance that shrinks as ``bits`` grows. The float model's transformer is shared, not
-    copied."""
+    copied.
+
+    With ``sample`` (``[T, float_dim]`` unit token vectors of training documents, :func:`center_sample`), the
+    encoder is centred: codes ``sign(R (v - mu))`` with ``mu`` the sample's mean, scored by
+    :func:`centred_similarity` (its ``decode_norm``, the mean ``|R^T b|``, measured on the sample)."""
     projection = float_model.project
     hyperplanes = random_hyperplanes(bits, projection.out_features, seed).to(projection.weight.device)
-    model = TokenCodeEncoder(float_model.transformer, bits, True, alpha, float_model.skip_ids.tolist(), head="linear")
+    head = "linear" if sample is None else "centred"
+    model = TokenCodeEncoder(float_model.transformer, bits, True, alpha, float_model.skip_ids.tolist(), head=head,
+                             float_dim=projection.out_features)
     with torch.no_grad():
-        model.project.weight.copy_(hyperplanes @ projection.weight)
-        model.project.bias.copy_(hyperplanes @ projection.bias)
+        if sample is None:
+            model.project.weight.copy_(hyperplanes @ projection.weight)
+            model.project.bias.copy_(hyperplanes @ projection.bias)
+        else:
+            model.project.load_state_dict(projection.state_dict())
+            sample = sample.to(projection.weight.device).float()
+            model.hyperplanes.copy_(hyperplanes)
+            model.center.copy_(sample.mean(dim=0))
+            codes = model.binary_codes(model.hash_unit_vectors(sample), hard=True)
+            model.decode_norm.copy_((codes @ hyperplanes).norm(dim=1).mean())
     return model.to(projection.weight.device)
+
+
+#: training documents whose token vectors give a centred hash head its center (the first ones of the
+#: training dataset: a fixed, cheap sample; the mean of ~10^5 unit vectors barely depends on which)
+CENTER_DOCS = 512
+
+
+@torch.no_grad()
+def center_sample(float_model: "TokenCodeEncoder", tokenizer, source: "TrainingSource", options: "CodeOptions",
+                  device=None, documents: int = CENTER_DOCS) -> torch.Tensor:
+    """``([T, float_dim] unit token vectors, number of documents)`` of the training dataset's first
+    ``documents`` documents (no label, no query used), from which :func:`hashed_from_float` takes a centred
+    head's center."""
+    float_model.eval()
+    texts = [doc.text for doc, _ in zip(source.dataset.docs_iter(), range(documents))]
+    if not texts:
+        raise PipelineError(f"training dataset {source.dataset.name!r} has no documents to centre the codes on")
+    parts = []
+    for start in range(0, len(texts), options.encode_batch_size):
+        ids, att = tokenize(tokenizer, texts[start : start + options.encode_batch_size], options.doc_max_length, device)
+        with _autocast(device):
+            vectors, mask = float_model.encode_queries(ids, att)
+        parts.append(vectors.float()[mask])
+    return torch.cat(parts), len(texts)
 
 
 def draw_seeds(first: int, count: int) -> list[int]:
@@ -398,14 +509,18 @@ def agreement_sample(source: TrainingSource, negatives: dict[str, list[str]], se
 
 @torch.no_grad()
 def hyperplane_agreement(float_model: "TokenCodeEncoder", tokenizer, sample: Sequence[tuple[str, list[str]]],
-                         bits: int, seeds: Sequence[int], options: "CodeOptions", device=None) -> list[float]:
+                         bits: int, seeds: Sequence[int], options: "CodeOptions", device=None,
+                         center_vectors: torch.Tensor | None = None) -> list[float]:
     """For each seed, the mean Kendall tau, over ``sample``'s queries, between the float model's MaxSim
     scores of the query's documents and the scores of their ``bits``-bit hashed codes under that seed's
     hyperplanes (:func:`hashed_from_float`: normalised ``R x`` for query tokens, ``sign(R x)`` for document
-    tokens, ``x`` the float projections). No relevance label is used: the draw is judged only by how well
-    its codes reproduce the float ranking, which is all that hashing can lose. Each text is encoded once."""
+    tokens, ``x`` the float projections; centred codes with ``center_vectors``, see :func:`hashed_from_float`).
+    No relevance label is used: the draw is judged only by how well its codes reproduce the float ranking,
+    which is all that hashing can lose. Each text is encoded once."""
     float_model.eval()
     planes = [random_hyperplanes(bits, float_model.dim, seed).to(float_model.project.weight.device) for seed in seeds]
+    hashed = [None] * len(seeds) if center_vectors is None else \
+        [hashed_from_float(float_model, bits, options.alpha, seed, center_vectors) for seed in seeds]
     taus = np.zeros((len(seeds), len(sample)))
     for column, (query, docs) in enumerate(sample):
         q_ids, q_att = tokenize(tokenizer, [query], options.query_max_length, device)
@@ -416,7 +531,12 @@ def hyperplane_agreement(float_model: "TokenCodeEncoder", tokenizer, sample: Seq
         q, d = q.float(), d.float()
         reference = maxsim(F.normalize(q, dim=-1) * q_mask[..., None], q_mask,
                            F.normalize(d, dim=-1) * d_mask[..., None], d_mask)[0]
-        for row, plane in enumerate(planes):
+        for row, (plane, model) in enumerate(zip(planes, hashed)):
+            if model is not None:  # centred: unit float queries against sign(R (v - mu))
+                unit_q = F.normalize(q, dim=-1) * q_mask[..., None]
+                codes = model.binary_codes(model.hash_unit_vectors(F.normalize(d, dim=-1)), hard=True)
+                taus[row, column] = kendall_tau(reference, model.score(unit_q, q_mask, codes, d_mask)[0])
+                continue
             hashed_q = F.normalize(q @ plane.T, dim=-1) * q_mask[..., None]
             codes = float_model.binary_codes(d @ plane.T, hard=True) * d_mask[..., None]  # what the index stores
             taus[row, column] = kendall_tau(reference, maxsim(hashed_q, q_mask, codes, d_mask)[0])
@@ -677,8 +797,9 @@ def load_encoder_checkpoint(path: Path, device=None):
         raise CheckpointError(f"{path}: checkpoint format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
     opts = payload["options"]
     tokenizer, transformer = load_encoder(opts["encoder"])
-    head = "linear" if opts.get("hash_head", "mlp") == "lsh" else "mlp"
-    model = TokenCodeEncoder(transformer, opts["dim"], opts["kind"] == "codes", opts["alpha"], payload["skip_ids"], head)
+    head = "mlp" if opts.get("hash_head", "mlp") != "lsh" else "centred" if opts.get("hash_center") else "linear"
+    model = TokenCodeEncoder(transformer, opts["dim"], opts["kind"] == "codes", opts["alpha"], payload["skip_ids"], head,
+                             opts.get("float_dim"))
     try:
         model.load_state_dict(payload["state_dict"])
     except RuntimeError as error:
@@ -727,18 +848,24 @@ def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, root: 
     tokenizer, float_model, _ = load_encoder_checkpoint(float_checkpoint, device)
     summary = {**(float_meta.get("training") or {}), "hash_steps": options.hash_steps}
     seed = options.hyperplane_seed
+    centre, centre_docs = center_sample(float_model, tokenizer, source, options, device) if options.hash_center \
+        else (None, 0)
     if options.hash_draws > 1:
         if negatives is None:
             negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth, root)
         seeds = draw_seeds(seed, options.hash_draws)
         sample = agreement_sample(source, negatives, options.seed)
-        agreement = hyperplane_agreement(float_model, tokenizer, sample, options.dim, seeds, options, device)
+        agreement = hyperplane_agreement(float_model, tokenizer, sample, options.dim, seeds, options, device, centre)
         seed = seeds[int(np.argmax(agreement))]
         summary.update(hash_draws={"seeds": seeds, "kendall_tau": [round(t, 5) for t in agreement],
                                    "queries": len(sample), "chosen": seed})
         log.info("lsh hyperplane draws %s: mean Kendall tau with the float scores %s; keeping %d",
                  seeds, [f"{t:.4f}" for t in agreement], seed)
-    model = hashed_from_float(float_model, options.dim, options.alpha, seed)
+    model = hashed_from_float(float_model, options.dim, options.alpha, seed, centre)
+    if centre is not None:
+        summary.update(hash_center={"documents": centre_docs, "tokens": len(centre),
+                                    "center_norm": round(float(model.center.norm()), 5),
+                                    "decode_norm": round(float(model.decode_norm), 5)})
     if options.hash_steps:
         _, model, report = train_encoder(options, source, negatives, device, start=(tokenizer, model),
                                          steps=options.hash_steps)
@@ -1062,17 +1189,25 @@ class CodeRetriever:
 
     def maxsim_scores(self, query_vectors: np.ndarray, doc_numbers: np.ndarray, chunk: int = 256) -> np.ndarray:
         """Exact MaxSim of one query against documents (each must have at least one vector)."""
-        scale = 1.0 / math.sqrt(self.dim) if self.binary else 1.0
+        scale = 1.0 / math.sqrt(self.dim) if self.binary and not self.model.centred else 1.0
         scores = np.zeros(len(doc_numbers), dtype=np.float32)
         if len(query_vectors) == 0:
             return scores
         for start in range(0, len(doc_numbers), chunk):
             part = doc_numbers[start : start + chunk]
             vectors, counts = self.doc_vectors(part)
-            sims = vectors @ query_vectors.T
+            sims = self._centred_similarity(vectors, query_vectors) if self.model.centred else vectors @ query_vectors.T
             bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])
             scores[start : start + len(part)] = np.maximum.reduceat(sims, bounds, axis=0).sum(axis=1) * scale
         return scores
+
+    def _centred_similarity(self, codes: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
+        """:meth:`TokenCodeEncoder.token_similarity` of a centred head, on the model's device."""
+        device = self.model.center.device
+        with torch.inference_mode():
+            sims = self.model.token_similarity(torch.from_numpy(codes).to(device),
+                                               torch.from_numpy(np.ascontiguousarray(query_vectors)).to(device))
+        return sims.float().cpu().numpy()
 
     def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
         """Documents of the ``k_prime`` nearest vectors of each query token (sorted doc numbers)."""
@@ -1082,6 +1217,10 @@ class CodeRetriever:
         if self.index is not self._cpu_index:
             k = min(k, GPU_MAX_K)
         if self.binary:
+            if self.model.centred:
+                with torch.inference_mode():
+                    keys = self.model.knn_keys(torch.from_numpy(query_vectors).to(self.model.center.device))
+                query_vectors = keys.float().cpu().numpy()
             _, labels = self.index.search(pack_codes(query_vectors), k)
         else:
             _, labels = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), k)

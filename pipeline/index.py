@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     codes.add_argument("--hash-draws", type=int, default=1,
                        help="codes, lsh: hyperplane draws tried (from --hash-seed on); the one whose codes rank "
                             "the training queries' candidates most like the float encoder is kept")
+    codes.add_argument("--hash-center", action="store_true",
+                       help="codes, lsh: hash each float vector minus the mean token vector of training documents "
+                            "(balanced bits; scores decode the unit vector back; no fine-tuning)")
     codes.add_argument("--index-type", default="flat", choices=["flat", "hnsw"], help="faiss index structure")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -77,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               index_type=args.index_type, threads=args.threads,
                               straight_through=args.straight_through, hash_head=args.hash_head,
                               float_dim=args.float_dim, hash_steps=args.hash_steps, hash_seed=args.hash_seed,
-                              hash_draws=args.hash_draws)
+                              hash_draws=args.hash_draws, hash_center=args.hash_center)
         path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -15,6 +15,7 @@ import faiss
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 import transformers
 
 from conftest import write
@@ -621,6 +622,13 @@ def test_index_cli(tmp_path, tiny_encoder, capsys, monkeypatch):
     code = index_cli.main(["--dataset", str(folder), "--kind", "colbert", "--hash-head", "lsh"])
     assert code == 2
     assert "hash_head 'lsh' is for binary codes" in capsys.readouterr().err
+    code = index_cli.main(["--dataset", str(folder), "--kind", "codes", "--hash-center"])
+    assert code == 2
+    assert "hash_center centres the hyperplanes of hash_head 'lsh'" in capsys.readouterr().err
+    code = index_cli.main(["--dataset", str(folder), "--kind", "codes", "--hash-head", "lsh", "--hash-center",
+                           "--hash-steps", "5"])
+    assert code == 2
+    assert "hash_center codes are not fine-tuned" in capsys.readouterr().err
 
 
 def test_bm25_hard_negatives(tiny_encoder, dataset, tmp_path):
@@ -683,6 +691,10 @@ def test_code_benchmark_arguments_build_the_options_they_describe():
     assert code_first_stage.code_options("codes", drawn).hash_draws == 4
     assert "the best of 4 draws from seed 3" in code_first_stage.describe_codes(drawn)
     assert code_first_stage.code_options("colbert", drawn).hash_draws == 1
+    centred = parser.parse_args(["--hash-head", "lsh", "--bits", "256", "--hash-center"])
+    assert code_first_stage.code_options("codes", centred).hash_center
+    assert "minus their mean over training documents" in code_first_stage.describe_codes(centred)
+    assert not code_first_stage.code_options("colbert", centred).hash_center
 
 
 def test_lsh_draws_benchmark_selects_the_draw_the_index_keeps(tiny_encoder, dataset, tmp_path, monkeypatch):
@@ -701,3 +713,112 @@ def test_lsh_draws_benchmark_selects_the_draw_the_index_keeps(tiny_encoder, data
     report = index_metadata(build_code_index(dataset, drawn, tmp_path))["train"]["report"]["hash_draws"]
     assert report["kendall_tau"] == [round(agreement[seed], 5) for seed in pool]
     assert report["chosen"] == max(pool, key=agreement.get)
+
+
+def cone(count: int, dim: int, spread: float, seed: int) -> torch.Tensor:
+    """Unit vectors in a narrow cone around one direction, like a trained encoder's token vectors."""
+    generator = torch.Generator().manual_seed(seed)
+    axis = F.normalize(torch.randn(dim, generator=generator), dim=0)
+    return F.normalize(axis + spread * torch.randn(count, dim, generator=generator), dim=-1)
+
+
+def test_centred_similarity_estimates_cosines_inside_a_cone_better_than_plain_hashing():
+    """Unit vectors sharing a dominant direction (mean norm .93, as MiniLM's projected token vectors on
+    NFCorpus): hyperplanes through the origin put most vectors on the same side, centred ones split them
+    evenly; the decoded score must rank each query's documents more like the true cosines."""
+    docs = cone(400, 16, 0.1, seed=1)
+    queries = F.normalize(docs[:20] + 0.05 * torch.randn(20, 16, generator=torch.Generator().manual_seed(2)), dim=-1)
+    truth = docs @ queries.T
+    planes = codes.random_hyperplanes(256, 16, seed=3)
+    center = docs.mean(dim=0)
+    assert float(center.norm()) > 0.9
+    centred_codes = torch.where((docs - center) @ planes.T >= 0, 1.0, -1.0)
+    decode_norm = (centred_codes @ planes).norm(dim=1).mean()
+    centred = codes.centred_similarity(centred_codes, queries, planes, center, decode_norm)
+    plain_codes = torch.where(docs @ planes.T >= 0, 1.0, -1.0)
+    plain = plain_codes @ F.normalize(queries @ planes.T, dim=-1).T
+    imbalance = lambda b: float((b > 0).float().mean(dim=0).sub(0.5).abs().mean())  # noqa: E731
+    assert imbalance(plain_codes) > 0.3 and imbalance(centred_codes) < 0.05
+    tau = lambda scores: np.mean([codes.kendall_tau(scores[:, j], truth[:, j]) for j in range(20)])  # noqa: E731
+    assert tau(centred) > tau(plain) + 0.02, (tau(centred), tau(plain))
+    # not only the order: the decoded value is the cosine itself (the unit norm recovered from the center)
+    assert float((centred - truth).abs().mean()) < 0.02
+    # a code with no direction (all zeros) leaves only the center's own cosines
+    assert torch.allclose(codes.centred_similarity(torch.zeros(1, 256), queries, planes, center, decode_norm),
+                          (queries @ center)[None], atol=1e-6)
+
+
+def test_hash_center_options_and_keys(tiny_encoder, dataset, root):
+    source = resolve_training(dataset)
+    lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16)
+    centred = dataclasses.replace(lsh, hash_center=True)
+    assert "hash_center" not in lsh.training_fields() and centred.training_fields()["hash_center"] is True
+    assert encoder_path(centred, source, root) != encoder_path(lsh, source, root)
+    assert centred.float_options() == lsh.float_options()
+    with pytest.raises(PipelineError, match="hash_center centres the hyperplanes of hash_head 'lsh'"):
+        small_options(tiny_encoder, hash_center=True)
+    with pytest.raises(PipelineError, match="hash_center codes are not fine-tuned"):
+        dataclasses.replace(centred, hash_steps=10)
+
+
+def test_centred_lsh_index_stores_the_signs_of_centred_float_vectors(tiny_encoder, dataset, tmp_path):
+    source = resolve_training(dataset)
+    lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16, hash_center=True)
+    path = build_code_index(dataset, lsh, tmp_path)
+    report = index_metadata(path)["train"]["report"]["hash_center"]
+    float_checkpoint, _ = codes.obtain_encoder(lsh.float_options(), source, tmp_path)
+    tokenizer, float_model, _ = codes.load_encoder_checkpoint(float_checkpoint)
+    sample, documents = codes.center_sample(float_model, tokenizer, source, lsh)
+    assert documents == 64 and report["documents"] == 64 and report["tokens"] == len(sample)
+    retriever = CodeRetriever(path, k_prime=index_metadata(path)["vectors"])
+    model = retriever.model
+    assert model.centred and retriever.binary and retriever.dim == 64
+    assert torch.allclose(model.center, sample.mean(dim=0), atol=1e-5)
+    assert torch.equal(model.hyperplanes, codes.random_hyperplanes(64, 16, lsh.seed))
+    assert report["decode_norm"] == pytest.approx(float(model.decode_norm), abs=1e-4)
+    # the stored codes are sign(R (v - mu)) of the float encoder's unit token vectors
+    texts = [d.text for d in dataset.docs_iter()][:5]
+    with torch.no_grad():
+        ids, att = codes.tokenize(tokenizer, texts, lsh.doc_max_length)
+        unit, mask, _ = float_model.encode_docs(ids, att)
+    expected = pack_codes(((unit[mask] - model.center) @ model.hyperplanes.T).numpy())
+    assert np.array_equal(np.asarray(retriever.vectors[: len(expected)]), expected)
+    # search: every document a candidate, so the kNN ranking equals brute-force MaxSim over the decoded scores
+    queries = list(dataset.queries.values())
+    run, exhaustive = retriever.search(queries, 10), retriever.search(queries, 10, exhaustive=True)
+    for qid in run:
+        assert [h.doc_id for h in run[qid]] == [h.doc_id for h in exhaustive[qid]]
+    with torch.no_grad():  # the retriever's scores are the model's training-time MaxSim of the same codes
+        q, q_mask = model.encode_queries(*codes.tokenize(tokenizer, [queries[0].text], lsh.query_max_length))
+        d, d_mask, _ = model.encode_docs(*codes.tokenize(tokenizer, [dataset.doc_store()[run[queries[0].query_id][0].doc_id].text],
+                                                         lsh.doc_max_length), hard=True)
+        assert float(model.score(q, q_mask, d, d_mask)) == pytest.approx(run[queries[0].query_id][0].score, abs=1e-4)
+
+
+def test_lsh_draws_benchmark_reproduces_the_centred_index(tiny_encoder, dataset, tmp_path, monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import lsh_draws
+
+    monkeypatch.setenv("PIPELINE_INDEX_DIR", str(tmp_path))
+    float_options = small_options(tiny_encoder, kind="colbert", seed=7)
+    centred = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16, seed=7, hash_center=True)
+    expected = CodeRetriever(build_code_index(dataset, centred, tmp_path), k_prime=8).search(dataset.queries.values(), 10)
+    retriever = CodeRetriever(build_code_index(dataset, float_options, tmp_path), k_prime=8)
+    queries = list(dataset.queries.values())
+    vectors = retriever.encode_queries([q.text for q in queries])
+    float_vectors = np.array(retriever.vectors)
+    model = lsh_draws.centred_encoder(retriever, dataset, float_options, 64, 7)
+    run = lsh_draws.hashed_search(retriever, float_vectors, vectors, queries,
+                                  lsh_draws.hyperplanes("centred", 64, 16, 7), 10, model)
+    for qid, hits in expected.items():
+        assert [h.doc_id for h in run[qid]] == [h.doc_id for h in hits]
+        assert np.allclose([h.score for h in run[qid]], [h.score for h in hits], atol=1e-4)
+    # back to plain hashing: the retriever scores with the float model's rule again, not the centred one
+    lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16, seed=7)
+    expected = CodeRetriever(build_code_index(dataset, lsh, tmp_path), k_prime=8).search(queries, 10)
+    plain = lsh_draws.hashed_search(retriever, float_vectors, vectors, queries,
+                                    lsh_draws.hyperplanes("orthogonal", 64, 16, 7), 10)
+    assert not retriever.model.centred
+    assert all([h.doc_id for h in plain[qid]] == [h.doc_id for h in hits] for qid, hits in expected.items())
