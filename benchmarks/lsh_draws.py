@@ -22,9 +22,9 @@ the test queries). ``--select K`` then plays ``hash_draws=K`` from each ``--seed
 shows whether choosing a draw by agreement avoids the bad draws without looking at the test queries.
 
 The ``centred`` kind is ``hash_center=True`` (:func:`indexes.codes.hashed_from_float` with the
-:func:`indexes.codes.center_sample` of the encoder's training documents): orthogonal blocks over ``v - mu``,
-searched with ``R (q - mu)`` and scored by :func:`indexes.codes.centred_similarity`, exactly as such an
-index would be.
+:func:`indexes.codes.center_sample` of the collection's first documents, as the index takes it): orthogonal
+blocks over ``v - mu``, searched with ``R (q - mu)`` and scored by :func:`indexes.codes.centred_similarity`,
+exactly as such an index would be.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ from pipeline.evaluate import evaluate  # noqa: E402
 
 MEASURES = ["nDCG@10", "R@100"]
 _AGREEMENT: dict[tuple, float] = {}  # (training source, seed) -> agreement, shared by the datasets
-_CENTER: dict[str, object] = {}  # training source -> center_sample's token vectors, shared by the datasets
+_CENTER: dict[str, object] = {}  # dataset name -> center_sample's token vectors
 KINDS = ("orthogonal", "gaussian", "centred")
 
 
@@ -97,15 +97,14 @@ def hashed_search(retriever, float_vectors: np.ndarray, query_vectors: list, que
 
 
 def centred_encoder(retriever, dataset, options, bits: int, seed: int):
-    """The ``hash_center`` encoder an ``lsh`` index of ``options`` with hyperplane seed ``seed`` would use
-    (its center from the float encoder's training documents, computed once per training source)."""
-    from indexes.codes import center_sample, hashed_from_float, resolve_training
+    """The ``hash_center`` encoder an ``lsh`` index of ``dataset`` with ``options`` and hyperplane seed ``seed``
+    would use (its center from the collection's first documents, computed once per dataset)."""
+    from indexes.codes import center_sample, hashed_from_float
 
     float_model = retriever.__dict__.setdefault("float_model", retriever.model)
-    source = resolve_training(dataset, options.train_dataset)
-    if source.key() not in _CENTER:
-        _CENTER[source.key()] = center_sample(float_model, retriever.tokenizer, source, options, retriever.device)[0]
-    return hashed_from_float(float_model, bits, options.alpha, seed, _CENTER[source.key()])
+    if dataset.name not in _CENTER:
+        _CENTER[dataset.name] = center_sample(float_model, retriever.tokenizer, dataset, options, retriever.device)[0]
+    return hashed_from_float(float_model, bits, options.alpha, seed, _CENTER[dataset.name])
 
 
 def agreements(retriever, dataset, options, seeds, bits: int) -> dict[int, float]:

@@ -20,9 +20,9 @@ and with more bits than floats (512 bits = 64 bytes per token against 128 float3
 within a few hundredths of its nDCG (BENCHMARKS.md). ``hash_center`` centres the hashing: the float token
 vectors of a trained encoder share one dominant direction (MiniLM + projection: the mean of the unit token
 vectors has norm .93 on NFCorpus), so hyperplanes through the origin mostly put every token on the same
-side and waste their bits; ``sign(R (v - mu))``, ``mu`` the mean token vector of training documents, splits
-the tokens evenly, and the score decodes ``v`` back from its code using ``|v| = 1``
-(:func:`centred_similarity`).
+side and waste their bits; ``sign(R (v - mu))``, ``mu`` the mean token vector of the indexed collection
+(its first :data:`CENTER_DOCS` documents; the encoder's training documents choose the draw), splits the
+tokens evenly, and the score decodes ``v`` back from its code using ``|v| = 1`` (:func:`centred_similarity`).
 
 Padding and the special tokens ([CLS], [SEP], [PAD], [MASK]) never get a vector, on either side.
 
@@ -141,7 +141,7 @@ class CodeOptions:
     hash_steps: int = 0                 # lsh: steps fine-tuning the hashed encoder after its initialisation
     hash_seed: int | None = None        # lsh: seed of the hyperplanes (None: ``seed``, as before this option)
     hash_draws: int = 1                 # lsh: hyperplane draws tried; the one agreeing best with the floats is kept
-    hash_center: bool = False           # lsh: hash v - mu (mu: mean token vector of training documents)
+    hash_center: bool = False           # lsh: hash v - mu (mu: mean token vector of the indexed documents)
     temperature: float = 0.1            # softmax temperature on the MaxSim scores
     seed: int = 42
     index_type: str = "flat"            # flat | hnsw
@@ -420,9 +420,9 @@ def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, 
     factor) with a variance that shrinks as ``bits`` grows. The float model's transformer is shared, not
     copied.
 
-    With ``sample`` (``[T, float_dim]`` unit token vectors of training documents, :func:`center_sample`), the
-    encoder is centred: codes ``sign(R (v - mu))`` with ``mu`` the sample's mean, scored by
-    :func:`centred_similarity` (its ``decode_norm``, the mean ``|R^T b|``, measured on the sample)."""
+    With ``sample`` (``[T, float_dim]`` unit token vectors of documents, :func:`center_sample`), the
+    encoder is centred (:func:`recentre`): codes ``sign(R (v - mu))`` with ``mu`` the sample's mean, scored by
+    :func:`centred_similarity`."""
     projection = float_model.project
     hyperplanes = random_hyperplanes(bits, projection.out_features, seed).to(projection.weight.device)
     head = "linear" if sample is None else "centred"
@@ -434,34 +434,41 @@ def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, 
             model.project.bias.copy_(hyperplanes @ projection.bias)
         else:
             model.project.load_state_dict(projection.state_dict())
-            sample = sample.to(projection.weight.device).float()
             model.hyperplanes.copy_(hyperplanes)
-            model.center.copy_(sample.mean(dim=0))
-            codes = model.binary_codes(model.hash_unit_vectors(sample), hard=True)
-            model.decode_norm.copy_((codes @ hyperplanes).norm(dim=1).mean())
+            recentre(model, sample)
     return model.to(projection.weight.device)
 
 
-#: training documents whose token vectors give a centred hash head its center (the first ones of the
-#: training dataset: a fixed, cheap sample; the mean of ~10^5 unit vectors barely depends on which)
+@torch.no_grad()
+def recentre(model: "TokenCodeEncoder", sample: torch.Tensor) -> None:
+    """Give a centred head the center of ``sample`` (``[T, float_dim]`` unit token vectors): ``center`` their
+    mean and ``decode_norm`` the mean ``|R^T b|`` of their codes ``b`` (see :func:`centred_similarity`)."""
+    sample = sample.to(model.center.device).float()
+    model.center.copy_(sample.mean(dim=0))
+    codes = model.binary_codes(model.hash_unit_vectors(sample), hard=True)
+    model.decode_norm.copy_((codes @ model.hyperplanes).norm(dim=1).mean())
+
+
+#: documents whose token vectors give a centred hash head its center (the first ones of a collection: a
+#: fixed, cheap sample; the mean of ~10^5 unit vectors barely depends on which)
 CENTER_DOCS = 512
 
 
 @torch.no_grad()
-def center_sample(float_model: "TokenCodeEncoder", tokenizer, source: "TrainingSource", options: "CodeOptions",
-                  device=None, documents: int = CENTER_DOCS) -> torch.Tensor:
-    """``([T, float_dim] unit token vectors, number of documents)`` of the training dataset's first
-    ``documents`` documents (no label, no query used), from which :func:`hashed_from_float` takes a centred
-    head's center."""
-    float_model.eval()
-    texts = [doc.text for doc, _ in zip(source.dataset.docs_iter(), range(documents))]
+def center_sample(model: "TokenCodeEncoder", tokenizer, dataset: Dataset, options: "CodeOptions",
+                  device=None, documents: int = CENTER_DOCS) -> tuple[torch.Tensor, int]:
+    """``([T, float_dim] unit token vectors, number of documents)`` of ``dataset``'s first ``documents``
+    documents under ``model`` (a float encoder, or a centred one: both give the unit float vectors as
+    their query vectors). No label and no query is used."""
+    model.eval()
+    texts = [doc.text for doc, _ in zip(dataset.docs_iter(), range(documents))]
     if not texts:
-        raise PipelineError(f"training dataset {source.dataset.name!r} has no documents to centre the codes on")
+        raise PipelineError(f"dataset {dataset.name!r} has no documents to centre the codes on")
     parts = []
     for start in range(0, len(texts), options.encode_batch_size):
         ids, att = tokenize(tokenizer, texts[start : start + options.encode_batch_size], options.doc_max_length, device)
         with _autocast(device):
-            vectors, mask = float_model.encode_queries(ids, att)
+            vectors, mask = model.encode_queries(ids, att)
         parts.append(vectors.float()[mask])
     return torch.cat(parts), len(texts)
 
@@ -848,8 +855,8 @@ def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, root: 
     tokenizer, float_model, _ = load_encoder_checkpoint(float_checkpoint, device)
     summary = {**(float_meta.get("training") or {}), "hash_steps": options.hash_steps}
     seed = options.hyperplane_seed
-    centre, centre_docs = center_sample(float_model, tokenizer, source, options, device) if options.hash_center \
-        else (None, 0)
+    centre, centre_docs = center_sample(float_model, tokenizer, source.dataset, options, device) \
+        if options.hash_center else (None, 0)
     if options.hash_draws > 1:
         if negatives is None:
             negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth, root)
@@ -995,6 +1002,12 @@ def build_code_index(
     device = resolve_device(options.device)
     checkpoint, encoder_meta = obtain_encoder(options, source, root, force, device)
     tokenizer, model, _ = load_encoder_checkpoint(checkpoint, device)
+    centring = None
+    if options.hash_center:  # the center of this collection's tokens, not of the training documents'
+        sample, documents = center_sample(model, tokenizer, dataset, options, device)
+        recentre(model, sample)
+        centring = {"documents": documents, "tokens": len(sample), "center_norm": round(float(model.center.norm()), 5),
+                    "decode_norm": round(float(model.decode_norm), 5)}
 
     shards = root / f".{path.name}.shards"
     manifest = {"index": path.name, "encoder_sha1": _file_sha1(checkpoint), "shard_size": options.shard_size}
@@ -1061,10 +1074,13 @@ def build_code_index(
         np.save(temp / TOKEN_DOCS_FILE, np.repeat(np.arange(len(doc_ids), dtype=np.int32), lengths))
         with atomic_write(temp / DOC_IDS_FILE) as handle:
             json.dump(doc_ids, handle)
-        try:
-            os.link(checkpoint, temp / ENCODER_FILE)
-        except OSError:
-            shutil.copyfile(checkpoint, temp / ENCODER_FILE)
+        if centring is not None:
+            save_encoder(model, options, temp / ENCODER_FILE)
+        else:
+            try:
+                os.link(checkpoint, temp / ENCODER_FILE)
+            except OSError:
+                shutil.copyfile(checkpoint, temp / ENCODER_FILE)
         meta = {
             "kind": options.kind, "dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
             "encoder": options.encoder, "options": options.key_fields(), "train": {
@@ -1073,6 +1089,7 @@ def build_code_index(
                 "report": encoder_meta.get("training")},
             "documents": len(doc_ids), "vectors": int(len(vectors)), "index_bytes": (temp / FAISS_FILE).stat().st_size,
             "seconds": round(time.perf_counter() - started, 2),
+            **({"hash_center": centring} if centring is not None else {}),
         }
         with atomic_write(temp / META_FILE) as handle:
             json.dump(meta, handle, indent=1)

@@ -765,17 +765,17 @@ def test_centred_lsh_index_stores_the_signs_of_centred_float_vectors(tiny_encode
     source = resolve_training(dataset)
     lsh = small_options(tiny_encoder, hash_head="lsh", dim=64, float_dim=16, hash_center=True)
     path = build_code_index(dataset, lsh, tmp_path)
-    report = index_metadata(path)["train"]["report"]["hash_center"]
+    centring = index_metadata(path)["hash_center"]
     float_checkpoint, _ = codes.obtain_encoder(lsh.float_options(), source, tmp_path)
     tokenizer, float_model, _ = codes.load_encoder_checkpoint(float_checkpoint)
-    sample, documents = codes.center_sample(float_model, tokenizer, source, lsh)
-    assert documents == 64 and report["documents"] == 64 and report["tokens"] == len(sample)
+    sample, documents = codes.center_sample(float_model, tokenizer, dataset, lsh)
+    assert documents == 64 and centring["documents"] == 64 and centring["tokens"] == len(sample)
     retriever = CodeRetriever(path, k_prime=index_metadata(path)["vectors"])
     model = retriever.model
     assert model.centred and retriever.binary and retriever.dim == 64
     assert torch.allclose(model.center, sample.mean(dim=0), atol=1e-5)
     assert torch.equal(model.hyperplanes, codes.random_hyperplanes(64, 16, lsh.seed))
-    assert report["decode_norm"] == pytest.approx(float(model.decode_norm), abs=1e-4)
+    assert centring["decode_norm"] == pytest.approx(float(model.decode_norm), abs=1e-4)
     # the stored codes are sign(R (v - mu)) of the float encoder's unit token vectors
     texts = [d.text for d in dataset.docs_iter()][:5]
     with torch.no_grad():
@@ -788,11 +788,21 @@ def test_centred_lsh_index_stores_the_signs_of_centred_float_vectors(tiny_encode
     run, exhaustive = retriever.search(queries, 10), retriever.search(queries, 10, exhaustive=True)
     for qid in run:
         assert [h.doc_id for h in run[qid]] == [h.doc_id for h in exhaustive[qid]]
+    top = run[queries[0].query_id][0]
     with torch.no_grad():  # the retriever's scores are the model's training-time MaxSim of the same codes
         q, q_mask = model.encode_queries(*codes.tokenize(tokenizer, [queries[0].text], lsh.query_max_length))
-        d, d_mask, _ = model.encode_docs(*codes.tokenize(tokenizer, [dataset.doc_store()[run[queries[0].query_id][0].doc_id].text],
+        d, d_mask, _ = model.encode_docs(*codes.tokenize(tokenizer, [dataset.doc_store()[top.doc_id].text],
                                                          lsh.doc_max_length), hard=True)
-        assert float(model.score(q, q_mask, d, d_mask)) == pytest.approx(run[queries[0].query_id][0].score, abs=1e-4)
+    assert float(model.score(q, q_mask, d, d_mask)) == pytest.approx(top.score, abs=1e-4)
+    # another collection hashed with the same encoder gets its own center (its tokens, not the training ones)
+    other = dataclasses.replace(tiny_dataset(WORDS[::-1][:12] + ["zebra", "violin", "glacier", "harbor"], seed=5),
+                                name="tiny-other", fingerprint="tiny-other")
+    other_path = build_code_index(other, lsh, tmp_path, train_dataset=dataset)
+    other_model = CodeRetriever(other_path).model
+    other_sample, _ = codes.center_sample(float_model, tokenizer, other, lsh)
+    assert torch.allclose(other_model.center, other_sample.mean(dim=0), atol=1e-5)
+    assert not torch.allclose(other_model.center, model.center, atol=1e-3)
+    assert torch.equal(other_model.hyperplanes, model.hyperplanes)
 
 
 def test_lsh_draws_benchmark_reproduces_the_centred_index(tiny_encoder, dataset, tmp_path, monkeypatch):
