@@ -22,7 +22,7 @@ the test queries). ``--select K`` then plays ``hash_draws=K`` from each ``--seed
 shows whether choosing a draw by agreement avoids the bad draws without looking at the test queries.
 
 The ``centred`` kind is ``hash_center=True`` (:func:`indexes.codes.hashed_from_float` with the
-:func:`indexes.codes.center_sample` of the collection's first documents, as the index takes it): orthogonal
+:func:`indexes.codes.center_sample` of the collection, as the index takes it): orthogonal
 blocks over ``v - mu``, searched with ``R (q - mu)`` and scored by :func:`indexes.codes.centred_similarity`,
 exactly as such an index would be.
 """
@@ -98,7 +98,7 @@ def hashed_search(retriever, float_vectors: np.ndarray, query_vectors: list, que
 
 def centred_encoder(retriever, dataset, options, bits: int, seed: int):
     """The ``hash_center`` encoder an ``lsh`` index of ``dataset`` with ``options`` and hyperplane seed ``seed``
-    would use (its center from the collection's first documents, computed once per dataset)."""
+    would use (its center from a sample of the collection, computed once per dataset)."""
     from indexes.codes import center_sample, hashed_from_float
 
     float_model = retriever.__dict__.setdefault("float_model", retriever.model)

@@ -770,6 +770,12 @@ def test_centred_lsh_index_stores_the_signs_of_centred_float_vectors(tiny_encode
     tokenizer, float_model, _ = codes.load_encoder_checkpoint(float_checkpoint)
     sample, documents = codes.center_sample(float_model, tokenizer, dataset, lsh)
     assert documents == 64 and centring["documents"] == 64 and centring["tokens"] == len(sample)
+    # a collection larger than the sample: a seeded uniform sample, not its first documents
+    few, count = codes.center_sample(float_model, tokenizer, dataset, lsh, documents=8)
+    first, _ = codes.center_sample(float_model, tokenizer, dataclasses.replace(
+        dataset, docs_factory=lambda: list(dataset.docs_iter())[:8], _store=None), lsh)
+    assert count == 8 and torch.equal(few, codes.center_sample(float_model, tokenizer, dataset, lsh, documents=8)[0])
+    assert few.shape != first.shape or not torch.equal(few, first)
     retriever = CodeRetriever(path, k_prime=index_metadata(path)["vectors"])
     model = retriever.model
     assert model.centred and retriever.binary and retriever.dim == 64
