@@ -146,7 +146,7 @@ def describe_codes(args) -> str:
         seed = code_options("codes", args).hyperplane_seed
         chosen = (f"the best of {args.hash_draws} draws from seed {seed} by agreement with the float scores"
                   if args.hash_draws > 1 else f"seed {seed}")
-        centred = " minus their mean over training documents (centred)" if args.hash_center else ""
+        centred = " minus the mean token vector of the indexed collection (centred)" if args.hash_center else ""
         binary = (f"binary codes: {args.bits} random hyperplanes (orthogonal blocks, {chosen}) over the float "
                   f"encoder's vectors{centred}, then {args.hash_steps} fine-tuning steps")
     else:

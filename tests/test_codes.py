@@ -693,7 +693,7 @@ def test_code_benchmark_arguments_build_the_options_they_describe():
     assert code_first_stage.code_options("colbert", drawn).hash_draws == 1
     centred = parser.parse_args(["--hash-head", "lsh", "--bits", "256", "--hash-center"])
     assert code_first_stage.code_options("codes", centred).hash_center
-    assert "minus their mean over training documents" in code_first_stage.describe_codes(centred)
+    assert "minus the mean token vector of the indexed collection" in code_first_stage.describe_codes(centred)
     assert not code_first_stage.code_options("colbert", centred).hash_center
 
 
