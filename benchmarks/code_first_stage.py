@@ -123,7 +123,7 @@ def add_code_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lsh: hyperplane draws tried from --hash-seed on; the one whose codes agree best "
                              "with the float scores on training queries is kept (default 1)")
     parser.add_argument("--hash-center", action="store_true",
-                        help="lsh: hash each float vector minus the mean token vector of training documents")
+                        help="lsh: hash each float vector minus the mean token vector of the indexed collection")
 
 
 def machine_line(threads: int) -> str:

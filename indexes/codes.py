@@ -343,27 +343,18 @@ class TokenCodeEncoder(nn.Module):
         return torch.where(x >= 0, 1.0, -1.0) if hard else torch.tanh(self.alpha * x)
 
     def score(self, q, q_mask, d, d_mask):
-        """MaxSim ``[Nq, Nd]`` with the kind's scale (centred head: over :meth:`token_similarity`)."""
+        """MaxSim ``[Nq, Nd]`` with the kind's scale (centred head: over :meth:`decoded_similarity`)."""
         if not self.centred:
             return maxsim(q, q_mask, d, d_mask) * self.doc_scale
-        sims = self.token_similarity(d.reshape(-1, d.shape[-1]), q.reshape(-1, q.shape[-1]))
+        sims = self.decoded_similarity(d.reshape(-1, d.shape[-1]), q.reshape(-1, q.shape[-1]))
         sims = sims.reshape(d.shape[0], d.shape[1], q.shape[0], q.shape[1])
         best = sims.masked_fill(~d_mask[:, :, None, None], float("-inf")).amax(dim=1)   # [Nd, Nq, Lq]
         best = torch.where(q_mask[None] & d_mask.any(dim=1)[:, None, None], best, torch.zeros_like(best))
         return best.sum(dim=-1).T
 
-    def token_similarity(self, doc_vectors, query_vectors):
-        """``[M, K]`` similarities of ``M`` stored document vectors (floats, or +-1 codes) and ``K`` query
-        vectors as the index scores them: inner product (float), ``q . b / sqrt(dim)`` (binary), or
-        :func:`centred_similarity` (centred head)."""
-        if self.centred:
-            return centred_similarity(doc_vectors, query_vectors, self.hyperplanes, self.center, self.decode_norm)
-        return doc_vectors @ query_vectors.T * self.doc_scale
-
-    def knn_keys(self, query_vectors):
-        """What a query's token vectors are looked up with in the faiss index: themselves, or (centred
-        head) ``R (q - center)``, whose signs are compared with the codes."""
-        return self.hash_unit_vectors(query_vectors) if self.centred else query_vectors
+    def decoded_similarity(self, codes, query_vectors):
+        """Centred head: ``[M, K]`` :func:`centred_similarity` of ``M`` codes and ``K`` unit query vectors."""
+        return centred_similarity(codes, query_vectors, self.hyperplanes, self.center, self.decode_norm)
 
 
 def centred_similarity(codes, queries, hyperplanes, center, decode_norm):
@@ -373,7 +364,7 @@ def centred_similarity(codes, queries, hyperplanes, center, decode_norm):
     ``v = center + t u`` with ``u`` the unit direction of ``v - center`` and ``t >= 0``; ``|v| = 1`` gives
     ``t = -a + sqrt(a^2 + 1 - |center|^2)`` with ``a = center . u``. ``u`` is estimated as ``R^T b /
     |R^T b|`` (sign random projections: ``R^T b`` points along ``u`` in expectation), with ``|R^T b|`` replaced
-    by its mean over training tokens (``decode_norm``; it varies by ~1% between tokens at 512 bits), so both
+    by its mean over the center's sample (``decode_norm``; it varies by ~1% between tokens at 512 bits), so both
     ``a`` and ``q . u`` are inner products of the code with a projected vector (``R center``, ``R q``) and
     the cost is that of the uncentred score. Then ``q . v = q . center + t (q . u)``."""
     a = codes @ (hyperplanes @ center) / decode_norm
@@ -447,6 +438,12 @@ def recentre(model: "TokenCodeEncoder", sample: torch.Tensor) -> None:
     model.center.copy_(sample.mean(dim=0))
     codes = model.binary_codes(model.hash_unit_vectors(sample), hard=True)
     model.decode_norm.copy_((codes @ model.hyperplanes).norm(dim=1).mean())
+
+
+def centring_summary(model: "TokenCodeEncoder", documents: int, tokens: int) -> dict:
+    """What a centred head's center came from and what it is, for encoder and index metadata."""
+    return {"documents": documents, "tokens": tokens, "center_norm": round(float(model.center.norm()), 5),
+            "decode_norm": round(float(model.decode_norm), 5)}
 
 
 #: documents whose token vectors give a centred hash head its center: a seeded uniform sample of the
@@ -533,9 +530,12 @@ def hyperplane_agreement(float_model: "TokenCodeEncoder", tokenizer, sample: Seq
     No relevance label is used: the draw is judged only by how well its codes reproduce the float ranking,
     which is all that hashing can lose. Each text is encoded once."""
     float_model.eval()
-    planes = [random_hyperplanes(bits, float_model.dim, seed).to(float_model.project.weight.device) for seed in seeds]
-    hashed = [None] * len(seeds) if center_vectors is None else \
-        [hashed_from_float(float_model, bits, options.alpha, seed, center_vectors) for seed in seeds]
+    if center_vectors is None:
+        planes = [random_hyperplanes(bits, float_model.dim, seed).to(float_model.project.weight.device) for seed in seeds]
+        hashed = [None] * len(seeds)
+    else:
+        hashed = [hashed_from_float(float_model, bits, options.alpha, seed, center_vectors) for seed in seeds]
+        planes = [model.hyperplanes for model in hashed]
     taus = np.zeros((len(seeds), len(sample)))
     for column, (query, docs) in enumerate(sample):
         q_ids, q_att = tokenize(tokenizer, [query], options.query_max_length, device)
@@ -878,9 +878,7 @@ def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, root: 
                  seeds, [f"{t:.4f}" for t in agreement], seed)
     model = hashed_from_float(float_model, options.dim, options.alpha, seed, centre)
     if centre is not None:
-        summary.update(hash_center={"documents": centre_docs, "tokens": len(centre),
-                                    "center_norm": round(float(model.center.norm()), 5),
-                                    "decode_norm": round(float(model.decode_norm), 5)})
+        summary.update(hash_center=centring_summary(model, centre_docs, len(centre)))
     if options.hash_steps:
         _, model, report = train_encoder(options, source, negatives, device, start=(tokenizer, model),
                                          steps=options.hash_steps)
@@ -1014,8 +1012,7 @@ def build_code_index(
     if options.hash_center:  # the center of this collection's tokens, not of the training documents'
         sample, documents = center_sample(model, tokenizer, dataset, options, device)
         recentre(model, sample)
-        centring = {"documents": documents, "tokens": len(sample), "center_norm": round(float(model.center.norm()), 5),
-                    "decode_norm": round(float(model.decode_norm), 5)}
+        centring = centring_summary(model, documents, len(sample))
 
     shards = root / f".{path.name}.shards"
     manifest = {"index": path.name, "encoder_sha1": _file_sha1(checkpoint), "shard_size": options.shard_size,
@@ -1228,11 +1225,11 @@ class CodeRetriever:
         return scores
 
     def _centred_similarity(self, codes: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
-        """:meth:`TokenCodeEncoder.token_similarity` of a centred head, on the model's device."""
+        """:meth:`TokenCodeEncoder.decoded_similarity` of a centred head, on the model's device."""
         device = self.model.center.device
         with torch.inference_mode():
-            sims = self.model.token_similarity(torch.from_numpy(codes).to(device),
-                                               torch.from_numpy(np.ascontiguousarray(query_vectors)).to(device))
+            sims = self.model.decoded_similarity(torch.from_numpy(codes).to(device),
+                                                 torch.from_numpy(np.ascontiguousarray(query_vectors)).to(device))
         return sims.float().cpu().numpy()
 
     def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
@@ -1245,7 +1242,7 @@ class CodeRetriever:
         if self.binary:
             if self.model.centred:
                 with torch.inference_mode():
-                    keys = self.model.knn_keys(torch.from_numpy(query_vectors).to(self.model.center.device))
+                    keys = self.model.hash_unit_vectors(torch.from_numpy(query_vectors).to(self.model.center.device))
                 query_vectors = keys.float().cpu().numpy()
             _, labels = self.index.search(pack_codes(query_vectors), k)
         else:
