@@ -49,14 +49,21 @@ RERANK_MEASURES = "nDCG@10 AP"
 TUNING_MEASURE = "nDCG@10"
 
 
+def training_split(dataset, seed: int) -> tuple[list[str], list[str]]:
+    """``(train, dev)`` query ids of ``TRAIN_DATASET``: its judged queries, 15% held out for early stopping."""
+    from pipeline.training import hold_out
+
+    judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
+    return hold_out(judged, 0.15, seed)
+
+
 def train_reranker(args):
     """The re-ranker trained on ``TRAIN_DATASET`` (loaded from the model cache when already trained)."""
-    from pipeline.training import Fold, checkpoint_path, hold_out, parse_overrides, train_fold
+    from pipeline.training import Fold, checkpoint_path, parse_overrides, train_fold
     from rerankers import reranker_class
 
     dataset = load_dataset(TRAIN_DATASET)
-    judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
-    train, dev = hold_out(judged, 0.15, args.seed)
+    train, dev = training_split(dataset, args.seed)
     fold = Fold(TRAIN_DATASET, train, dev, [])
     options = parse_overrides(args.set, None)
     path = checkpoint_path(dataset, args.reranker, options, fold, args.seed, "bm25", args.k)
@@ -75,11 +82,9 @@ def tuned_weight(reranker, args) -> tuple[float, str]:
     (BM25 top ``--k``, top ``--rerank-depth`` re-ranked), and a line describing the choice."""
     from pipeline import fusion
     from pipeline.run import head, rerank
-    from pipeline.training import hold_out
 
     dataset = load_dataset(TRAIN_DATASET)
-    judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
-    _, dev = hold_out(judged, 0.15, args.seed)
+    _, dev = training_split(dataset, args.seed)
     retriever = make_first_stage("bm25", dataset, BM25Settings(threads=args.threads))
     top = head(retriever.search([dataset.queries[q] for q in dev], args.k), args.rerank_depth)
     best, values = fusion.tune_weight(top, rerank(reranker, dataset, top), dataset.qrels, TUNING_MEASURE)
@@ -109,7 +114,8 @@ def benchmark(name: str, reranker, args, weight: float | None = None) -> list[st
     rows, scores = [], {}
     for kind in args.first_stages:
         run = first_stage(kind, dataset, args).search(queries, args.k)
-        before = evaluate(run, qrels, FIRST_MEASURES).aggregate
+        alone = evaluate(run, qrels, FIRST_MEASURES)
+        before = alone.aggregate
         started = time.perf_counter()
         top = head(run, args.rerank_depth)
         reranked = rerank(reranker, dataset, top)
@@ -125,9 +131,9 @@ def benchmark(name: str, reranker, args, weight: float | None = None) -> list[st
         if weight is not None:
             mixed = interpolate(top, reranked, weight)
             mixed = evaluate(append_tail(mixed, run) if args.rerank_depth else mixed, qrels, RERANK_MEASURES)
-            alone = evaluate(run, qrels, "nDCG@10").per_query["nDCG@10"]
-            common = sorted(set(alone) & set(mixed.per_query["nDCG@10"]))
-            gain = paired_test([mixed.per_query["nDCG@10"][q] for q in common], [alone[q] for q in common])
+            common = sorted(set(alone.per_query["nDCG@10"]) & set(mixed.per_query["nDCG@10"]))
+            gain = paired_test([mixed.per_query["nDCG@10"][q] for q in common],
+                               [alone.per_query["nDCG@10"][q] for q in common])
             fused = f" {mixed.aggregate['nDCG@10']:.4f} | {mixed.aggregate['AP']:.4f} | {gain:.3f} |"
         rows.append(f"| {dataset.name} ({len(queries)} q) | {kind} | {before['nDCG@10']:.4f} | {before['R@100']:.4f} "
                     f"| {after.aggregate['nDCG@10']:.4f} | {after.aggregate['AP']:.4f} | {pvalue} | {seconds:.0f} |"
