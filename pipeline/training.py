@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .datasets import Dataset
-from .errors import PipelineError
+from .errors import CheckpointError, PipelineError
 from .records import Doc, Query, Run, ScoredDoc
 
 log = logging.getLogger("pipeline.training")
@@ -305,8 +305,15 @@ class Trainer:
         return F.cross_entropy(grouped, target)
 
     # -- fitting ---------------------------------------------------------------------------------
-    def fit(self, train: RankingData, dev: RankingData | None = None) -> TrainReport:
-        """Train for ``epochs`` (early stopping on ``dev``'s metric); the best epoch's weights are kept."""
+    def fit(self, train: RankingData, dev: RankingData | None = None,
+            state_path: str | Path | None = None) -> TrainReport:
+        """Train for ``epochs`` (early stopping on ``dev``'s metric); the best epoch's weights are kept.
+
+        With ``state_path``, the whole training state (weights, best weights, optimizer, schedule, random
+        generators, report) is written there atomically after every epoch, and a fit that finds the file
+        goes on from the epoch after the last one saved: an interrupted run resumes and ends with the same
+        weights as an uninterrupted one. The file is deleted when the fit ends.
+        """
         import torch
         from tqdm.auto import tqdm
 
@@ -328,10 +335,25 @@ class Trainer:
         else:
             optimizer = torch.optim.Adam(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         use_amp = config.amp and device.type == "cuda"
-        scheduler, last_learning_rate = None, config.learning_rate
+        scheduler, last_learning_rate, total_steps = None, config.learning_rate, 0
         report = TrainReport()
-        best_state, best_score, stale = None, -math.inf, 0
-        for epoch in range(1, config.epochs + 1):
+        best_state, best_score, stale, done = None, -math.inf, 0, 0
+        state_path = Path(state_path) if state_path is not None else None
+        saved = self.load_state(state_path) if state_path is not None and state_path.is_file() else None
+        if saved is not None:
+            module.load_state_dict(saved["module"])
+            total_steps = saved["total_steps"]
+            if total_steps:
+                scheduler = self.make_scheduler(optimizer, total_steps)
+                scheduler.load_state_dict(saved["scheduler"])
+            # after the scheduler: the optimizer's state holds the learning rates the schedule had reached
+            optimizer.load_state_dict(saved["optimizer"])
+            report = TrainReport(**{**saved["report"], "epochs": [EpochLog(**e) for e in saved["report"]["epochs"]]})
+            best_state, best_score, stale, done = saved["best_state"], saved["best_score"], saved["stale"], saved["epoch"]
+            last_learning_rate = optimizer.param_groups[0]["lr"]
+            self.restore_generators(saved["generators"], rng)
+            log.warning("%s: resuming after epoch %d/%d from %s", self.reranker.name, done, config.epochs, state_path)
+        for epoch in range(done + 1, config.epochs + 1):
             started = time.perf_counter()
             module.train()
             units = self.epoch_units(train, rng)
@@ -343,8 +365,7 @@ class Trainer:
             if scheduler is None and (config.schedule != "constant" or config.warmup > 0):
                 # every epoch has as many units (hence batches) as the first: the run's length is known here
                 total_steps = len(batches) * config.epochs
-                scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(
-                    step, total_steps, config.schedule, config.warmup))
+                scheduler = self.make_scheduler(optimizer, total_steps)
             bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", unit="batch", leave=False)
             for batch_units in bar:
                 pairs = [(query, doc) for query, docs, _ in batch_units for doc in docs]
@@ -381,10 +402,81 @@ class Trainer:
             if dev_score is not None and stale >= config.patience:
                 report.stopped_early = True
                 break
+            if state_path is not None and epoch < config.epochs:
+                self.save_state(state_path, {
+                    "epoch": epoch, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "total_steps": total_steps, "report": dataclasses.asdict(report), "best_state": best_state,
+                    "best_score": best_score, "stale": stale, "generators": self.generator_states(rng)})
         if best_state is not None:
             module.load_state_dict(best_state)
         module.eval()
+        if state_path is not None:
+            state_path.unlink(missing_ok=True)
         return report
+
+    # -- resuming --------------------------------------------------------------------------------
+    def make_scheduler(self, optimizer, total_steps: int):
+        """The learning-rate schedule over ``total_steps`` optimizer steps."""
+        import torch
+
+        config = self.config
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(
+            step, total_steps, config.schedule, config.warmup))
+
+    def state_identity(self) -> dict:
+        """What a saved training state must have been written for: re-ranker, seed and training options
+        (the device may change between runs)."""
+        options = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "device"}
+        return {"reranker": self.reranker.name, "seed": self.seed, "config": options}
+
+    @staticmethod
+    def generator_states(rng: random.Random) -> dict:
+        """The states of every random generator training draws from."""
+        import numpy as np
+        import torch
+
+        states = {"loop": rng.getstate(), "python": random.getstate(), "numpy": np.random.get_state(),
+                  "torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+        return states
+
+    @staticmethod
+    def restore_generators(states: Mapping[str, Any], rng: random.Random) -> None:
+        """Put back the generator states :meth:`generator_states` took."""
+        import numpy as np
+        import torch
+
+        rng.setstate(states["loop"])
+        random.setstate(states["python"])
+        np.random.set_state(states["numpy"])
+        torch.set_rng_state(states["torch"])
+        if "cuda" in states and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"])
+
+    def save_state(self, path: Path, state: dict) -> None:
+        """Write one epoch's training state to ``path`` atomically."""
+        import torch
+
+        from .atomic import atomic_write
+
+        with atomic_write(path, "wb") as handle:
+            torch.save({"identity": self.state_identity(), **state}, handle)
+
+    def load_state(self, path: Path) -> dict:
+        """A training state written by :meth:`save_state` for this very training, or a clear error."""
+        import torch
+
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as error:  # noqa: BLE001 - any unreadable file gets the same message
+            raise CheckpointError(f"{path}: unreadable training state ({error}); delete it to start over") from error
+        if not isinstance(state, dict) or state.get("identity") != self.state_identity():
+            found = state.get("identity") if isinstance(state, dict) else None
+            raise CheckpointError(f"{path}: training state of another training ({found}), expected "
+                                  f"{self.state_identity()}; delete it to start over")
+        return state
 
     def evaluate(self, data: RankingData) -> float:
         """The dev metric (ir-measures) of re-ranking ``data``'s candidates with the current weights."""
@@ -583,10 +675,17 @@ def train_fold(name: str, dataset: Dataset, fold: Fold, candidates: Run, options
     train = RankingData.from_dataset(dataset, fold.train, candidates)
     dev = RankingData.from_dataset(dataset, fold.dev, candidates) if fold.dev else None
     reranker.prepare(train, dataset)
-    report = reranker.fit(train, dev)
+    # the training state sits beside the checkpoint, so a killed training resumes from its last epoch
+    report = reranker.fit(train, dev, state_path=training_state_path(path) if path is not None else None)
     if path is not None:
         reranker.save(path)
     return reranker, report
+
+
+def training_state_path(path: str | Path) -> Path:
+    """Where the training of checkpoint ``path`` keeps its per-epoch state (see :meth:`Trainer.fit`)."""
+    path = Path(path)
+    return path.with_name(path.name + ".training-state")
 
 
 def obtain_reranker(name: str, dataset: Dataset, args, folds: Sequence[Fold] | None = None, settings=None):

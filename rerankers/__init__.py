@@ -29,8 +29,9 @@ class Reranker(Protocol):
         """Relevance scores of ``docs`` for ``query``, in the order given."""
         ...
 
-    def fit(self, train: Any, dev: Any = None) -> Any:
-        """Train on ``train`` (early stopping on ``dev``); returns a training report."""
+    def fit(self, train: Any, dev: Any = None, state_path: Any = None) -> Any:
+        """Train on ``train`` (early stopping on ``dev``); returns a training report. With ``state_path``,
+        training keeps its state there after every epoch and an interrupted fit resumes from it."""
         ...
 
     def save(self, path) -> None:

@@ -211,13 +211,14 @@ class WordReranker(TorchReranker):
         return self.module(**{k: v.to(device) for k, v in batch.items()})
 
     # -- protocol ----------------------------------------------------------------------------------
-    def fit(self, train, dev=None):
-        """Train with :class:`pipeline.training.Trainer` (call :meth:`prepare` first)."""
+    def fit(self, train, dev=None, state_path=None):
+        """Train with :class:`pipeline.training.Trainer` (call :meth:`prepare` first); ``state_path``: where
+        the per-epoch training state is kept so that an interrupted fit resumes."""
         from pipeline.training import Trainer
 
         if self.module is None:
             raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
-        return Trainer(self, self.train_config, self.seed).fit(train, dev)
+        return Trainer(self, self.train_config, self.seed).fit(train, dev, state_path)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self, path) -> None:

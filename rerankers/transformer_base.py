@@ -345,13 +345,14 @@ class TransformerReranker(TorchReranker):
         """Tokenize the query's uncached documents in one tokenizer call."""
         self.doc_ids(docs)
 
-    def fit(self, train, dev=None):
-        """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first."""
+    def fit(self, train, dev=None, state_path=None):
+        """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first.
+        ``state_path``: where the per-epoch training state is kept so that an interrupted fit resumes."""
         if self.module is None:
             raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
         self.clear_cache()
         try:
-            return AuxiliaryLossTrainer(self, self.train_config, self.seed).fit(train, dev)
+            return AuxiliaryLossTrainer(self, self.train_config, self.seed).fit(train, dev, state_path)
         finally:
             self.clear_cache()  # the Trainer restores the best epoch's weights: cached outputs are stale
 

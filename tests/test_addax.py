@@ -324,14 +324,39 @@ def test_auxiliary_losses_reach_the_trainer_eq15(tiny_encoder, name):
 # ------------------------------------------------------------------------------- training, checkpoints
 
 
-def fit_tiny(tiny_encoder, seed=3, epochs=12, **options):
+def fit_tiny(tiny_encoder, seed=3, epochs=12, state_path=None, **options):
     dataset = tiny_dataset(WORDS, num_queries=12)
     train = RankingData.from_dataset(dataset, dataset.splits["train"], dataset.first_stage)
     settings = dict(learning_rate=3e-3, epochs=epochs, batch_size=16, negatives=2, dropout=0.0)
     settings.update(options)
     reranker = make("addax", tiny_encoder, seed=seed, prepare=False, **settings)
     reranker.prepare(train, dataset)
-    return reranker, reranker.fit(train), train
+    return reranker, reranker.fit(train, state_path=state_path), train
+
+
+def test_an_interrupted_addax_training_resumes_with_the_same_weights(tiny_encoder, tmp_path, monkeypatch):
+    from pipeline.training import Trainer
+
+    class Interrupted(Exception):
+        pass
+
+    options = dict(epochs=3, dropout=0.2, schedule="linear")
+    straight, _, _ = fit_tiny(tiny_encoder, **options)
+    save_state = Trainer.save_state
+
+    def killed_after_epoch_one(self, state_path, state):
+        save_state(self, state_path, state)
+        raise Interrupted
+
+    monkeypatch.setattr(Trainer, "save_state", killed_after_epoch_one)
+    state = tmp_path / "addax.state"
+    with pytest.raises(Interrupted):
+        fit_tiny(tiny_encoder, state_path=state, **options)
+    monkeypatch.undo()
+    resumed, report, _ = fit_tiny(tiny_encoder, state_path=state, **options)
+    assert [e.epoch for e in report.epochs] == [1, 2, 3] and not state.exists()
+    expected, got = straight.module.state_dict(), resumed.module.state_dict()
+    assert all(torch.equal(expected[name], got[name]) for name in expected)
 
 
 def test_tiny_overfit_relevant_outranks_random(tiny_encoder):

@@ -490,3 +490,72 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                                   "--model", str(checkpoint)], cwd=REPO, env=env, capture_output=True, text=True,
                                  timeout=300)
     assert no_reranker.returncode != 0 and "--model needs --reranker" in no_reranker.stderr
+
+
+# ------------------------------------------------------------------------------------------ resuming
+
+
+class Interrupted(Exception):
+    """Stands for a training killed right after it saved an epoch's state."""
+
+
+def resumable_fit(dataset, path, **extra):
+    """``train_fold`` of the tiny HCAN with dropout and a schedule, so that resuming must restore the random
+    generators, the optimizer and the schedule to end with the same weights."""
+    from pipeline.training import train_fold
+
+    fold = make_protocol(dataset, None, 7)[0]
+    options = {**TINY, "epochs": 4, "patience": 10, "dropout": 0.3, "schedule": "linear", "warmup": 0.2, **extra}
+    return train_fold("hcan", dataset, fold, dataset.first_stage, options, 7, path)
+
+
+def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch):
+    from pipeline.training import Trainer, training_state_path
+
+    straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt")
+    assert not training_state_path(tmp_path / "straight.pt").exists()  # removed once the fit ended
+
+    path = tmp_path / "resumed.pt"
+    save_state = Trainer.save_state
+
+    def killed_after_epoch_two(self, state_path, state):
+        save_state(self, state_path, state)
+        if state["epoch"] == 2:
+            raise Interrupted
+
+    monkeypatch.setattr(Trainer, "save_state", killed_after_epoch_two)
+    with pytest.raises(Interrupted):
+        resumable_fit(tiny, path)
+    monkeypatch.undo()
+    assert training_state_path(path).is_file() and not path.exists()
+
+    resumed, resumed_report = resumable_fit(tiny, path)
+    assert path.is_file() and not training_state_path(path).exists()
+    assert [(e.epoch, e.loss, e.dev_score, e.learning_rate) for e in resumed_report.epochs] == \
+        [(e.epoch, e.loss, e.dev_score, e.learning_rate) for e in straight_report.epochs]
+    assert resumed_report.best_epoch == straight_report.best_epoch
+    expected, got = straight.module.state_dict(), resumed.module.state_dict()
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(expected[name], got[name]) for name in expected)
+
+
+def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeypatch):
+    from pipeline.training import Trainer, training_state_path
+
+    path = tmp_path / "model.pt"
+    save_state = Trainer.save_state
+
+    def killed_after_epoch_one(self, state_path, state):
+        save_state(self, state_path, state)
+        raise Interrupted
+
+    monkeypatch.setattr(Trainer, "save_state", killed_after_epoch_one)
+    with pytest.raises(Interrupted):
+        resumable_fit(tiny, path)
+    monkeypatch.undo()
+    state = training_state_path(path)
+    with pytest.raises(CheckpointError, match=r"model\.pt\.training-state: training state of another training"):
+        resumable_fit(tiny, path, learning_rate=0.02)
+    state.write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match=r"model\.pt\.training-state: unreadable training state"):
+        resumable_fit(tiny, path)
