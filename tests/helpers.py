@@ -1,11 +1,13 @@
-"""Helpers shared by the re-ranker test modules (test_iasm, test_mvlstm, test_match_srnn, test_baselines).
+"""Helpers shared by the test modules (the re-ranker ones, and those of the benchmark scripts).
 
 Each module keeps its own constants (``VOCAB``, ``WORDS``, model settings) and passes them in explicitly,
 typically by binding them once with :func:`functools.partial` at the top of the module.
 """
 from __future__ import annotations
 
+import importlib.util
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,15 @@ import torch
 from pipeline.datasets import Dataset
 from pipeline.records import Doc, Qrel, Query, ScoredDoc
 from pipeline.training import RankingData
+
+
+def load_benchmark(name: str):
+    """The module of script ``benchmarks/<name>.py`` (scripts are not a package), imported from its file."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,22 +1,12 @@
 """benchmarks/merge_rerank_seeds.py: summarising code_first_stage_rerank.py's per-seed tables."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from helpers import load_benchmark
 from pipeline.errors import DataFormatError, PipelineError
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("merge_rerank_seeds", ROOT / "benchmarks" / "merge_rerank_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-merge_rerank_seeds = _load_script()
+merge_rerank_seeds = load_benchmark("merge_rerank_seeds")
 
 HEADER = ("| dataset | first stage | nDCG@10 | R@100 | nDCG@10 + addax | AP + addax | p vs BM25 + addax (nDCG@10) "
           "| re-ranking s | nDCG@10 interpolated | AP interpolated | p vs first stage alone (nDCG@10) |\n"

@@ -1,23 +1,13 @@
 """benchmarks/merge_results.py: joining per-seed result files of one protocol, refusing mixed ones."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from helpers import load_benchmark
 from pipeline.errors import PipelineError
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("merge_results", ROOT / "benchmarks" / "merge_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-merge_results = _load_script()
+merge_results = load_benchmark("merge_results")
 
 PROTOCOL = "--dataset wikiqa --split test --metrics P@1 RR --threads 1 --set epochs=2 --k 100"
 
