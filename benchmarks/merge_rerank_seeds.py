@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.errors import DataFormatError, PipelineError  # noqa: E402
 
 SCRIPT = "benchmarks/code_first_stage_rerank.py"
-COMMAND = re.compile(r"^<!-- python " + re.escape(SCRIPT) + r" (?P<args>.*) \((?P<date>\d{4}-\d\d-\d\d), \d+ s\) -->$")
+COMMAND = re.compile(r"^<!-- python " + re.escape(SCRIPT) + r" (?P<args>.*) \(\d{4}-\d\d-\d\d, \d+ s\) -->$")
 WEIGHT = re.compile(r"Interpolation weight (?P<weight>[0-9.]+) on the first stage")
 SIGNIFICANCE = 0.05
 #: per-seed options; every other option of the command is the protocol and must be the same in every table
@@ -70,7 +70,7 @@ def read_table(path: Path) -> dict:
             raise DataFormatError(path, number, f"{len(cells)} cells, expected {len(header)} like the header")
         row = dict(zip(header, cells))
         rows[(row["dataset"], row["first stage"])] = row
-    return {"path": path, "seed": seed, "protocol": protocol, "date": match["date"],
+    return {"path": path, "seed": seed, "protocol": protocol,
             "weight": float(weight["weight"]) if weight else None, "header": header, "rows": rows}
 
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         f"<!-- {command} ({time.strftime('%Y-%m-%d')}) -->",
         f"# {SCRIPT} over seeds {seeds}",
         f"Protocol: `{shlex.join(tables[0]['protocol'])}`; one table per seed ({', '.join(str(t['path']) for t in tables)}). "
-        f"Interpolation weights tuned per seed: {weights}. Re-ranked and interpolated nDCG@10: mean ± sample "
+        f"Interpolation weight on the first stage, per seed: {weights}. Re-ranked and interpolated nDCG@10: mean ± sample "
         "standard deviation over the seeds; the last column counts the seeds whose interpolation beats the first "
         "stage alone with p < .05 in that seed's paired t-test.",
         "", *summary(tables),

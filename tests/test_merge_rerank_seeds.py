@@ -32,7 +32,7 @@ def test_seeds_are_summarised_per_first_stage(tmp_path):
     out = tmp_path / "merged.md"
     merge_rerank_seeds.main([*map(str, paths), "--output", str(out)])
     text = out.read_text()
-    assert "over seeds 1, 2, 3" in text and "weights tuned per seed: 0.6, 0.6, 0.7" in text
+    assert "over seeds 1, 2, 3" in text and "weight on the first stage, per seed: 0.6, 0.6, 0.7" in text
     # seed order 1, 2, 3; bm25: two seeds above .3372 with p < .05; codes: none above the first stage
     assert ("| nfcorpus (323 q) | bm25 | 0.3372 | 0.2572 | 0.3100 ± 0.0100 | 0.3500 ± 0.0100 "
             "| 0.3500 / 0.3400 / 0.3600 | 2 of 3 |") in text
