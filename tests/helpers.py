@@ -26,6 +26,25 @@ def load_benchmark(name: str):
     return module
 
 
+class TrainingInterrupted(Exception):
+    """Stands for a training killed right after it saved an epoch's state (see :func:`interrupt_after_epoch`)."""
+
+
+def interrupt_after_epoch(monkeypatch, epoch: int) -> None:
+    """Make every :class:`~pipeline.training.Trainer` raise :class:`TrainingInterrupted` right after it has
+    saved the training state of ``epoch`` (undo with ``monkeypatch.undo()``)."""
+    from pipeline.training import Trainer
+
+    save_state = Trainer.save_state
+
+    def save_then_die(self, state_path, state):
+        save_state(self, state_path, state)
+        if state["epoch"] == epoch:
+            raise TrainingInterrupted
+
+    monkeypatch.setattr(Trainer, "save_state", save_then_die)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
     """Run the importing module on one torch intra-op thread, restoring the previous setting afterwards.

@@ -335,22 +335,13 @@ def fit_tiny(tiny_encoder, seed=3, epochs=12, state_path=None, **options):
 
 
 def test_an_interrupted_addax_training_resumes_with_the_same_weights(tiny_encoder, tmp_path, monkeypatch):
-    from pipeline.training import Trainer
-
-    class Interrupted(Exception):
-        pass
+    from helpers import TrainingInterrupted, interrupt_after_epoch
 
     options = dict(epochs=3, dropout=0.2, schedule="linear")
     straight, _, _ = fit_tiny(tiny_encoder, **options)
-    save_state = Trainer.save_state
-
-    def killed_after_epoch_one(self, state_path, state):
-        save_state(self, state_path, state)
-        raise Interrupted
-
-    monkeypatch.setattr(Trainer, "save_state", killed_after_epoch_one)
+    interrupt_after_epoch(monkeypatch, 1)
     state = tmp_path / "addax.state"
-    with pytest.raises(Interrupted):
+    with pytest.raises(TrainingInterrupted):
         fit_tiny(tiny_encoder, state_path=state, **options)
     monkeypatch.undo()
     resumed, report, _ = fit_tiny(tiny_encoder, state_path=state, **options)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import TrainingInterrupted, interrupt_after_epoch
 from pipeline.datasets import load_dataset, load_local
 from pipeline.errors import CheckpointError, DataFormatError, PipelineError
 from pipeline.evaluate import evaluate
@@ -495,10 +496,6 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
 # ------------------------------------------------------------------------------------------ resuming
 
 
-class Interrupted(Exception):
-    """Stands for a training killed right after it saved an epoch's state."""
-
-
 def resumable_fit(dataset, path, **extra):
     """``train_fold`` of the tiny HCAN with dropout and a schedule, so that resuming must restore the random
     generators, the optimizer and the schedule to end with the same weights."""
@@ -510,21 +507,14 @@ def resumable_fit(dataset, path, **extra):
 
 
 def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch):
-    from pipeline.training import Trainer, training_state_path
+    from pipeline.training import training_state_path
 
     straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt")
     assert not training_state_path(tmp_path / "straight.pt").exists()  # removed once the fit ended
 
     path = tmp_path / "resumed.pt"
-    save_state = Trainer.save_state
-
-    def killed_after_epoch_two(self, state_path, state):
-        save_state(self, state_path, state)
-        if state["epoch"] == 2:
-            raise Interrupted
-
-    monkeypatch.setattr(Trainer, "save_state", killed_after_epoch_two)
-    with pytest.raises(Interrupted):
+    interrupt_after_epoch(monkeypatch, 2)
+    with pytest.raises(TrainingInterrupted):
         resumable_fit(tiny, path)
     monkeypatch.undo()
     assert training_state_path(path).is_file() and not path.exists()
@@ -540,17 +530,11 @@ def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_resu
 
 
 def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeypatch):
-    from pipeline.training import Trainer, training_state_path
+    from pipeline.training import training_state_path
 
     path = tmp_path / "model.pt"
-    save_state = Trainer.save_state
-
-    def killed_after_epoch_one(self, state_path, state):
-        save_state(self, state_path, state)
-        raise Interrupted
-
-    monkeypatch.setattr(Trainer, "save_state", killed_after_epoch_one)
-    with pytest.raises(Interrupted):
+    interrupt_after_epoch(monkeypatch, 1)
+    with pytest.raises(TrainingInterrupted):
         resumable_fit(tiny, path)
     monkeypatch.undo()
     state = training_state_path(path)
