@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .datasets import load_dataset
     from .run import build_parser
     from .seed import set_seed
-    from .training import checkpoint_path, make_protocol, parse_overrides, set_threads, train_fold
+    from .training import cached_checkpoint, checkpoint_path, make_protocol, parse_overrides, set_threads, train_fold
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
@@ -50,8 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         candidates = None
         for fold in folds:
             path = checkpoint_path(dataset, args.reranker, options, fold, args.seed, first_stage, k)
-            if path.is_file() and not args.retrain:
-                print(f"{fold.name}: cached {path}")
+            cached = None if args.retrain else cached_checkpoint(path)
+            if cached is not None:
+                print(f"{fold.name}: cached {cached}")
                 continue
             if candidates is None:
                 wanted = sorted({q for f in folds for q in f.train + f.dev})

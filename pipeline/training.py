@@ -665,6 +665,22 @@ def checkpoint_path(dataset: Dataset, name: str, options: Mapping[str, Any], fol
     return model_dir() / safe / f"{name}-{fold.name}-seed{seed}-{digest}.pt"
 
 
+def cached_checkpoint(path: str | Path) -> Path | None:
+    """The saved model of the training that :func:`checkpoint_path` ``path`` names, or ``None``.
+
+    That is ``path`` itself, else a checkpoint with the same digest saved under another test split's name:
+    the digest covers everything the training depends on, and the split named in the file does not enter
+    it when two test splits share their training and dev queries (WikiQA's ``test`` and ``test-filtered``),
+    so a model trained for one is the model of the other, and is loaded instead of trained again.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    digest = path.stem.rsplit("-", 1)[-1]
+    same = sorted(path.parent.glob(f"*-{digest}.pt")) if path.parent.is_dir() else []
+    return same[0] if same else None
+
+
 def train_fold(name: str, dataset: Dataset, fold: Fold, candidates: Run, options: Mapping[str, Any], seed: int,
                path: Path | None = None):
     """Build, prepare and train re-ranker ``name`` on one fold; save it to ``path`` when given."""
@@ -704,9 +720,10 @@ def obtain_reranker(name: str, dataset: Dataset, args, folds: Sequence[Fold] | N
     models: dict[str, Any] = {}
     for fold in folds:
         path = checkpoint_path(dataset, name, options, fold, args.seed, first_stage, args.k)
-        if path.is_file() and not getattr(args, "retrain", False):
-            reranker = cls.load(path)
-            log.warning("loaded %s", path)
+        cached = None if getattr(args, "retrain", False) else cached_checkpoint(path)
+        if cached is not None:
+            reranker = cls.load(cached)
+            log.warning("loaded %s", cached)
         else:
             if candidates is None:
                 retriever = make_first_stage(first_stage, dataset, settings)

@@ -21,8 +21,8 @@ from pipeline.errors import CheckpointError, DataFormatError, PipelineError
 from pipeline.evaluate import evaluate
 from pipeline.text import IDFStatistics, Vocabulary, tokenize
 from pipeline.training import (
-    RankingData, TrainConfig, apply_overrides, kfold, learning_rate_factor, make_protocol, parse_overrides,
-    rerank_candidates,
+    Fold, RankingData, TrainConfig, apply_overrides, cached_checkpoint, checkpoint_path, kfold, learning_rate_factor,
+    make_protocol, parse_overrides, rerank_candidates,
 )
 from rerankers import available, reranker_class
 from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
@@ -395,6 +395,25 @@ def test_bad_checkpoints_are_clear_errors(tiny, tmp_path):
     torch.save(payload, mismatched)
     with pytest.raises(CheckpointError, match="weights do not fit"):
         HCANReranker.load(mismatched)
+
+
+def test_a_checkpoint_is_found_under_another_test_splits_name(tiny, tmp_path, monkeypatch):
+    """WikiQA's test and test-filtered share training and dev queries: one training serves both."""
+    monkeypatch.setenv("PIPELINE_MODEL_DIR", str(tmp_path))
+    train, dev, test = tiny.splits["train"], tiny.splits["dev"], tiny.splits["test"]
+    for_test = checkpoint_path(tiny, "hcan", {}, Fold("test", train, dev, test), 1, "shipped", 100)
+    for_filtered = checkpoint_path(tiny, "hcan", {}, Fold("test-filtered", train, dev, test[:1]), 1, "shipped", 100)
+    other_dev = checkpoint_path(tiny, "hcan", {}, Fold("test-filtered", train, dev[:1], test), 1, "shipped", 100)
+    other_seed = checkpoint_path(tiny, "hcan", {}, Fold("test-filtered", train, dev, test), 2, "shipped", 100)
+    assert for_test != for_filtered
+    assert cached_checkpoint(for_filtered) is None  # nothing saved yet
+    for_test.parent.mkdir(parents=True)
+    for_test.write_bytes(b"model")
+    for_test.with_name(other_dev.name + ".training-state").write_bytes(b"unfinished")
+    assert cached_checkpoint(for_test) == for_test
+    assert cached_checkpoint(for_filtered) == for_test
+    assert cached_checkpoint(other_dev) is None  # another training, and an unfinished one is no model
+    assert cached_checkpoint(other_seed) is None
 
 
 # -------------------------------------------------------------------------------------------------- CLI
