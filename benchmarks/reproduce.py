@@ -36,15 +36,16 @@ def reproduce_parser() -> argparse.ArgumentParser:
     parser.add_argument("--variant", action="append", default=[],
                         help="LABEL:name=value,name=value (repeatable); default one variant with no options")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--metrics", default="AP P@30")
+    parser.add_argument("--metrics", help="ir-measures names (default: the dataset's)")
     parser.add_argument("--set", action="append", default=[], help="options for every variant")
     parser.add_argument("--first-stage", default="auto")
     parser.add_argument("--k", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--rerank-depth", type=int, default=0, metavar="D",
                         help="re-rank only the top D of the k candidates (pipeline.run --rerank-depth)")
-    parser.add_argument("--interpolate", metavar="W|auto",
-                        help="also report each model interpolated with the first stage (pipeline.run --interpolate)")
+    parser.add_argument("--interpolate", metavar="auto|W|none", default="auto",
+                        help="also report each model interpolated with the first stage (pipeline.run --interpolate; "
+                             "default auto, 'none': the model alone only)")
     parser.add_argument("--output-dir", default="runs/reproduce")
     parser.add_argument("--output", help="write the Markdown table here (and .json beside it)")
     return parser
@@ -62,15 +63,16 @@ def main() -> None:
     baseline: dict[str, float] = {}
     command = shlex.join(sys.argv)  # quoted, so the recorded command can be run (and parsed) again
     started = time.time()
-    planned = len(args.reranker) * len(variants) * len(args.seeds) * (2 if args.interpolate else 1)
+    combined = args.interpolate != "none"
+    planned = len(args.reranker) * len(variants) * len(args.seeds) * (2 if combined else 1)
     done = 0
     for reranker in args.reranker:
         for label, options in variants:
             plain = f"{reranker}{'-' + label if label else ''}"
-            run_label = f"{plain}+interp" if args.interpolate else plain
+            run_label = f"{plain}+interp" if combined else plain
             for seed in args.seeds:
                 argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
-                        "--metrics", args.metrics, "--first-stage", args.first_stage, "--k", str(args.k),
+                        *(["--metrics", args.metrics] if args.metrics else []), "--first-stage", args.first_stage, "--k", str(args.k),
                         "--output-dir", args.output_dir, "--threads", str(args.threads),
                         "--rerank-depth", str(args.rerank_depth),
                         "--name", f"{args.dataset}-{args.split or 'all'}-{run_label}-seed{seed}"]
@@ -78,14 +80,13 @@ def main() -> None:
                     argv += ["--split", args.split]
                 for option in [*args.set, *options]:
                     argv += ["--set", option]
-                if args.interpolate:
-                    argv += ["--interpolate", args.interpolate]
+                argv += ["--interpolate", args.interpolate]
                 # one call per seed: with --interpolate its table holds the re-ranker alone and interpolated,
                 # from one scoring pass (the rows: first stage, [alone,] final)
                 result = run_pipeline(build_parser().parse_args(argv))
                 evaluations = result.comparison.evaluations
                 baseline = evaluations[0].aggregate
-                rows = ([(plain, evaluations[1]), (f"{plain}+interp", evaluations[2])] if args.interpolate
+                rows = ([(plain, evaluations[1]), (f"{plain}+interp", evaluations[2])] if combined
                         else [(plain, evaluations[-1])])
                 for name, evaluation in rows:
                     results.setdefault(name, {"seeds": []})["seeds"].append(seed)

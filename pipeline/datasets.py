@@ -6,7 +6,7 @@ Names resolve in this order (:func:`load_dataset`):
    files, or the line-aligned "pair" format ``a.toks b.toks id.txt sim.txt``, one folder or one per split);
 2. a built-in name for a folder of the project's data root (``PIPELINE_DATA``, default ``../shared/data``):
    ``microblog`` (2011-2014, one split per year) and ``microblog-2011`` .. ``microblog-2014``, ``wikiqa``,
-   ``trecqa``, ``dl19``, ``dl20``, ``nfcorpus`` (test pool, BEIR queries), ``nfcorpus-dev``, ``vaswani-npl``,
+   ``trecqa``, ``dl`` (TREC DL 2019-2021, one split per year), ``dl19``, ``dl20``, ``dl21``, ``nfcorpus`` (test pool, BEIR queries), ``nfcorpus-dev``, ``vaswani-npl``,
    and ``nfcorpus-titles`` (IASM's PubMed task rebuilt from NFCorpus: see :func:`nfcorpus_titles`);
 3. an ir_datasets id (``cranfield``, ``vaswani``, ``nfcorpus/test``, ``msmarco-passage/trec-dl-2019/judged``,
    ``tweets2013-ia/trec-mb-2013`` ...). The archives ir_datasets would download are first looked for in an
@@ -26,7 +26,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import DataFormatError, DatasetNotFoundError
 from .records import Doc, Qrel, Query, Run, ScoredDoc
@@ -58,6 +58,20 @@ def mirror_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     return data_root()
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What a run on a dataset uses when the command line does not say: the protocol's test split, the
+    first stage's depth when re-ranking, the metrics (the first is the main one: interpolation weights are
+    tuned on it and the report's p-values are read on it) and training options (names of
+    :class:`pipeline.training.TrainConfig` fields; ``--set`` wins). Built-in datasets carry the settings
+    their papers or their size call for; a user's own dataset gets the general defaults."""
+
+    split: str | None = None
+    k: int | None = None
+    metrics: str | None = None
+    train: Mapping[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class Dataset:
     """A test collection in plain records.
@@ -75,6 +89,7 @@ class Dataset:
     splits: dict[str, list[str]] = field(default_factory=dict)
     first_stage: Run | None = None
     source: str = ""
+    recipe: Recipe = field(default_factory=Recipe)
     _store: dict[str, Doc] | None = field(default=None, repr=False)
 
     def docs_iter(self) -> Iterator[Doc]:
@@ -374,6 +389,15 @@ def _from_manifest(root: Path, manifest: Path, name: str) -> Dataset:
 # ------------------------------------------------------------------------------ built-in datasets
 
 MICROBLOG_YEARS = ("2011", "2012", "2013", "2014")
+#: HCAN's protocol (test on 2014, the last year of its Table 3; train on the other three, re-rank QL's top
+#: 1000; MAP and P@30) with a CPU budget: 6,400 sampled training units per epoch, 5 epochs, the dev metric
+#: over each dev query's top 100. Measured in BENCHMARKS.md (the headline command).
+MICROBLOG_RECIPE = Recipe(split="2014", k=1000, metrics="AP P@30",
+                          train={"max_examples_per_epoch": 6400, "epochs": 5, "dev_depth": 100})
+#: TREC DL: test on 2019 (train on 2020 and 2021), the shipped BM25 top 100, nDCG@10 first; grade 1
+#: ("related") is not a training positive and AP/RR count grades >= 2, as TREC DL's binary measures do.
+DL_RECIPE = Recipe(split="2019", k=100, metrics="nDCG@10 AP(rel=2) RR(rel=2)",
+                   train={"positive_relevance": 2, "dev_metric": "nDCG@10"})
 
 
 def _microblog(years: Iterable[str]) -> Callable[[Path], Dataset]:
@@ -382,12 +406,15 @@ def _microblog(years: Iterable[str]) -> Callable[[Path], Dataset]:
     def load(root: Path) -> Dataset:
         base = root / "trec-microblog-hcan"
         name = "microblog" if len(years) == 4 else f"microblog-{years[0]}"
-        return pair_dataset(
+        dataset = pair_dataset(
             name,
             {year: base / f"trec-{year}" for year in years},
             [base / "topics-and-qrels" / f"qrels.microblog{year}.txt" for year in years],
             source=str(base),
         )
+        if len(years) == 4:
+            dataset.recipe = MICROBLOG_RECIPE
+        return dataset
 
     return load
 
@@ -408,17 +435,65 @@ def _pairs(folder: str, splits: tuple[str, ...], name: str, filtered: tuple[str,
     return load
 
 
+#: TREC DL passage years shipped in ``msmarco-passage-trecdl``: topics file, qrels file (DL21 is MS MARCO v2)
+DL_YEARS = {
+    "2019": ("topics.dl19-passage.txt", "qrels.dl19-passage.txt", "dl19"),
+    "2020": ("topics.dl20.txt", "qrels.dl20-passage.txt", "dl20"),
+    "2021": ("topics.dl21.txt", "qrels.dl21-passage.txt", "dl21"),
+}
+
+
 def _dl(year: str) -> Callable[[Path], Dataset]:
+    """One TREC DL year: its judged queries, graded qrels and the shipped BM25 top-100 with passage text."""
+    topics, qrels, short = DL_YEARS[year]
+
     def load(root: Path) -> Dataset:
         base = root / "msmarco-passage-trecdl"
-        topics = "topics.dl19-passage.txt" if year == "19" else "topics.dl20.txt"
-        return trec_dataset(
-            f"dl{year}", base / "topics-and-qrels" / topics, base / "topics-and-qrels" / f"qrels.dl{year}-passage.txt",
-            [base / "bm25-top100" / f"retrieve_results_dl{year}.json"], base / "bm25-top100" / f"trec_results_dl{year}.txt",
+        dataset = trec_dataset(
+            short, base / "topics-and-qrels" / topics, base / "topics-and-qrels" / qrels,
+            [base / "bm25-top100" / f"retrieve_results_{short}.json"], base / "bm25-top100" / f"trec_results_{short}.txt",
             judged_only=True, source=str(base),
         )
+        dataset.recipe = Recipe(k=DL_RECIPE.k, metrics=DL_RECIPE.metrics, train=DL_RECIPE.train)
+        return dataset
 
     return load
+
+
+def dl_years(root: Path) -> Dataset:
+    """TREC DL 2019, 2020 and 2021 passage as one dataset with one split per year (``2019``, ``2020``,
+    ``2021``), like Microblog's: the default protocol trains on two years' graded judgments and re-ranks the
+    third (:func:`pipeline.training.make_protocol`). Query ids and passage ids of the three years are
+    disjoint (DL21 passages are MS MARCO v2 ids), so the years are merged as they are."""
+    years = {year: _dl(year)(root) for year in DL_YEARS}
+    queries: dict[str, Query] = {}
+    for year, part in years.items():
+        clash = queries.keys() & part.queries.keys()
+        if clash:
+            raise DataFormatError(Path(part.source), None, f"query id {sorted(clash)[0]!r} of DL {year} is also "
+                                  f"in an earlier year")
+        queries.update(part.queries)
+
+    def docs_factory() -> Iterator[Doc]:
+        seen: set[str] = set()
+        for part in years.values():
+            for doc in part.docs_iter():
+                if doc.doc_id not in seen:
+                    seen.add(doc.doc_id)
+                    yield doc
+
+    digest = hashlib.sha1("".join(part.fingerprint for part in years.values()).encode()).hexdigest()
+    return Dataset(
+        name="dl",
+        queries=queries,
+        qrels=[q for part in years.values() for q in part.qrels],
+        docs_factory=docs_factory,
+        fingerprint=digest,
+        splits={year: list(part.queries) for year, part in years.items()},
+        first_stage={qid: hits for part in years.values() for qid, hits in (part.first_stage or {}).items()},
+        source=str(root / "msmarco-passage-trecdl"),
+        recipe=DL_RECIPE,
+    )
 
 
 def _nfcorpus(split: str) -> Callable[[Path], Dataset]:
@@ -513,8 +588,10 @@ BUILTIN_DATASETS: dict[str, Callable[[Path], Dataset]] = {
     **{f"microblog-{year}": _microblog([year]) for year in MICROBLOG_YEARS},
     "wikiqa": _pairs("wikiqa-castorini", ("train", "dev", "test"), "wikiqa", filtered=("test", "dev")),
     "trecqa": _pairs("trecqa-hcan", ("train", "raw-dev", "raw-test", "clean-dev", "clean-test"), "trecqa"),
-    "dl19": _dl("19"),
-    "dl20": _dl("20"),
+    "dl": dl_years,
+    "dl19": _dl("2019"),
+    "dl20": _dl("2020"),
+    "dl21": _dl("2021"),
     "nfcorpus": _nfcorpus("test"),
     "nfcorpus-dev": _nfcorpus("dev"),
     "nfcorpus-titles": nfcorpus_titles,
@@ -529,6 +606,7 @@ IR_DATASETS_EQUIVALENTS = {
     "nfcorpus/dev": "nfcorpus-dev",
     "msmarco-passage/trec-dl-2019/judged": "dl19",
     "msmarco-passage/trec-dl-2020/judged": "dl20",
+    "msmarco-passage-v2/trec-dl-2021/judged": "dl21",
     "tweets2013-ia/trec-mb-2013": "microblog-2013",
     "tweets2013-ia/trec-mb-2014": "microblog-2014",
 }

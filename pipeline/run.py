@@ -35,6 +35,16 @@ from .trec import write_run
 
 log = logging.getLogger("pipeline.run")
 DEFAULT_OUTPUT_DIR = Path("runs")
+#: metrics when neither the command line nor the dataset's recipe names any (the first is the main one)
+DEFAULT_METRICS = "AP nDCG@10 P@30 R@{k}"
+
+
+def main_metric(metrics: str) -> str:
+    """The first of an ir-measures metric list: interpolation weights are tuned on it."""
+    names = metrics.split()
+    if not names:
+        raise PipelineError("--metrics is empty")
+    return names[0]
 
 
 def select_queries(dataset: Dataset, split: str | None = None) -> list[Query]:
@@ -121,7 +131,7 @@ def parse_weight(text: str) -> float:
     try:
         weight = float(text)
     except ValueError:
-        raise PipelineError(f"--interpolate takes 'auto' or a weight in [0, 1], got {text!r}") from None
+        raise PipelineError(f"--interpolate takes 'auto', 'none' or a weight in [0, 1], got {text!r}") from None
     if not 0.0 <= weight <= 1.0:
         raise PipelineError(f"--interpolate weight must be in [0, 1], got {weight}")
     return weight
@@ -146,22 +156,24 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     if model_path and reranker_cls is None:
         raise PipelineError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
     # checked before any work is done
-    interpolation = getattr(args, "interpolate", None)
+    recipe = dataset.recipe
+    interpolation = getattr(args, "interpolate", None) or "auto"
+    interpolation = None if interpolation == "none" or reranker_cls is None else interpolation
     weight = None if interpolation in (None, "auto") else parse_weight(interpolation)
     depth = getattr(args, "rerank_depth", 0) or 0
     if depth < 0:
         raise PipelineError(f"--rerank-depth must be >= 0, got {depth}")
-    if interpolation == "auto" and model_path:
-        raise PipelineError("--interpolate auto tunes on the training protocol's dev queries; with --model "
-                            "give a fixed weight (--interpolate 0.5)")
-    if reranker_cls is None or model_path:
-        # no training here: every query of the split (a given checkpoint never saw this collection's queries)
-        queries = select_queries(dataset, args.split)
+    split = args.split or (recipe.split if reranker_cls is not None else None)
+    metrics = args.metrics or recipe.metrics or DEFAULT_METRICS
+    if reranker_cls is None or (model_path and interpolation != "auto"):
+        # no training and no tuning: every query of the split (a given checkpoint never saw this collection)
+        queries = select_queries(dataset, split)
     else:
         from .training import make_protocol
 
-        # a trained re-ranker only scores queries it was not trained on: the protocol's test queries
-        folds = make_protocol(dataset, args.split, args.seed, args.folds)
+        # a trained re-ranker only scores queries it was not trained on, and the interpolation weight is tuned
+        # on the protocol's dev queries only: the protocol's test queries are the ones evaluated
+        folds = make_protocol(dataset, split, args.seed, args.folds)
         tested = {q for fold in folds for q in fold.test}
         queries = [q for qid, q in dataset.queries.items() if qid in tested]
     timings["load"] = time.perf_counter() - started
@@ -169,7 +181,7 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     settings = BM25Settings(k1=args.k1, b=args.b, fb_terms=args.fb_terms, fb_docs=args.fb_docs,
                             original_query_weight=args.rm3_weight, stemmer=args.stemmer,
                             keep_stopwords=args.keep_stopwords)
-    k = args.k or (100 if reranker_cls is not None else 1000)
+    k = args.k or recipe.k or (100 if reranker_cls is not None else 1000)
     args.k = k
     started = time.perf_counter()
     first_stage = resolve_first_stage(args.first_stage, dataset)
@@ -185,7 +197,7 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         from .training import obtain_reranker
 
         started = time.perf_counter()
-        reranker = obtain_reranker(args.reranker, dataset, args, folds, settings)
+        reranker = obtain_reranker(args.reranker, dataset, args, folds, settings, split)
         timings["train_or_load"] = time.perf_counter() - started
     depth = 0 if depth >= k else depth
     started = time.perf_counter()
@@ -193,20 +205,23 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     final = rerank(reranker, dataset, top)
     timings["rerank"] = time.perf_counter() - started
 
-    name = args.name or default_run_name(dataset.name, first_stage, args.reranker, args.split)
+    name = args.name or default_run_name(dataset.name, first_stage, args.reranker, split)
     reranked, reranked_name = None, None
     if reranker is not None and interpolation:
         from . import fusion
 
         # the re-ranker alone is reported beside the interpolation: the same scores, no second scoring pass
-        reranked, reranked_name = final, f"{name}-alone" if args.name else name
+        reranked, reranked_name = final, f"{name}-alone"
         started = time.perf_counter()
         if interpolation == "auto":
-            weight = fusion.fold_weights(folds, reranker, dataset, first_stage, depth or k, settings)
+            weight = fusion.fold_weights(folds, reranker, dataset, first_stage, depth or k, settings,
+                                         metric=main_metric(metrics))
         final = fusion.interpolate(top, final, weight)
         timings["interpolate"] = time.perf_counter() - started
-        if not args.name:
-            name += "-interp" if interpolation == "auto" else f"-interp{weight:g}"
+        if not args.name and interpolation != "auto":
+            name += f"-interp{weight:g}"
+    elif reranker is not None and not args.name:
+        name += "-alone"  # --interpolate none: the re-ranker's own scores are the result
     if reranker is not None and depth:
         final = append_tail(final, first)
         if reranked is not None:
@@ -226,9 +241,9 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         runs = {name: final}
         baseline = None
         if reranker is not None:
-            baseline = default_run_name(dataset.name, first_stage, "none", args.split)
+            baseline = default_run_name(dataset.name, first_stage, "none", split)
             runs = {baseline: first, **({reranked_name: reranked} if reranked is not None else {}), name: final}
-        comparison = evaluation.compare(runs, evaluated.qrels, args.metrics.replace("{k}", str(k)), baseline)
+        comparison = evaluation.compare(runs, evaluated.qrels, metrics.replace("{k}", str(k)), baseline)
         evaluation.save_report(comparison, output_dir, f"{name}.eval")
     return PipelineResult(run_path, final, comparison, timings, reranked)
 
@@ -240,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="cranfield", help="dataset name, ir_datasets id or directory (default: cranfield)")
-    parser.add_argument("--split", help="run only this split's queries (e.g. test, 2013, raw-test)")
+    parser.add_argument("--split", help="run only this split's queries (e.g. test, 2013, raw-test); with a re-ranker, "
+                                         "the protocol's test split (default: the dataset's)")
     parser.add_argument("--reranker", default="none", choices=available(), help="re-ranker (default: none)")
     parser.add_argument("--first-stage", default="auto", help=f"one of {', '.join(FIRST_STAGES)} (default: auto)")
     parser.add_argument("--k", type=int, default=0,
@@ -248,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rerank-depth", type=int, default=0, metavar="D",
                         help="re-rank only each query's top D candidates; the rest follow in first-stage order "
                              "(default 0: all k)")
-    parser.add_argument("--metrics", default="AP nDCG@10 P@30 R@{k}", help="ir-measures names; {k} is replaced by --k")
+    parser.add_argument("--metrics", help="ir-measures names, the first is the main one; {k} is replaced by --k "
+                                           f"(default: the dataset's, else {DEFAULT_METRICS!r})")
     parser.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR), help="where runs and reports go (default: runs/)")
     parser.add_argument("--name", help="run name (default: derived from dataset, split, first stage, re-ranker)")
     parser.add_argument("--seed", type=int, default=42, help="random seed (same seed -> same run file)")
@@ -263,10 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--retrain", action="store_true", help="train even when a cached model exists")
     model.add_argument("--model", metavar="CHECKPOINT",
                        help="re-rank with this saved model (e.g. trained on another dataset) instead of training")
-    model.add_argument("--interpolate", metavar="W|auto",
+    model.add_argument("--interpolate", metavar="auto|W|none", default="auto",
                        help="final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per "
-                            "query; 'auto' tunes W on each fold's dev queries (AP). The re-ranker alone is "
-                            "written and evaluated too (same scores)")
+                            "query. 'auto' (default) tunes W on the protocol's dev queries (never the test "
+                            "queries) by the main metric; 'none' keeps the re-ranker's own scores. The "
+                            "re-ranker alone is written and evaluated beside the combination (same scores)")
     lucene = parser.add_argument_group("BM25 / RM3")
     lucene.add_argument("--k1", type=float, default=0.9)
     lucene.add_argument("--b", type=float, default=0.4)

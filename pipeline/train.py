@@ -40,10 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         set_seed(args.seed)
         set_threads(args.threads)
         dataset = load_dataset(args.dataset, args.mirror)
-        folds = make_protocol(dataset, args.split, args.seed, args.folds)
-        options = parse_overrides(args.set, args.config)
+        recipe = dataset.recipe
+        folds = make_protocol(dataset, args.split or recipe.split, args.seed, args.folds)
+        options = {**recipe.train, **parse_overrides(args.set, args.config)}
         first_stage = resolve_first_stage(args.first_stage, dataset)
-        k = args.k or 100
+        k = args.k or recipe.k or 100
         settings = BM25Settings(k1=args.k1, b=args.b, fb_terms=args.fb_terms, fb_docs=args.fb_docs,
                                 original_query_weight=args.rm3_weight, stemmer=args.stemmer,
                                 keep_stopwords=args.keep_stopwords)

@@ -59,10 +59,11 @@ class RankingData:
         return cls({q: dataset.queries[q] for q in query_ids}, {q: candidates[q] for q in query_ids},
                    {q: qrels.get(q, {}) for q in query_ids}, dataset.doc_store())
 
-    def positives(self, query_id: str, pool: str = "all") -> list[str]:
-        """Judged-relevant documents (relevance > 0) whose text is available, in a stable order; with
-        ``pool="candidates"`` only those among the query's candidates."""
-        relevant = sorted(d for d, r in self.qrels.get(query_id, {}).items() if r > 0 and d in self.docs)
+    def positives(self, query_id: str, pool: str = "all", min_relevance: int = 1) -> list[str]:
+        """Judged-relevant documents (relevance >= ``min_relevance``) whose text is available, in a stable
+        order; with ``pool="candidates"`` only those among the query's candidates."""
+        relevant = sorted(d for d, r in self.qrels.get(query_id, {}).items() if r >= max(1, min_relevance)
+                          and d in self.docs)
         if pool == "candidates":
             retrieved = {h.doc_id for h in self.candidates.get(query_id, [])}
             relevant = [d for d in relevant if d in retrieved]
@@ -108,6 +109,9 @@ class TrainConfig:
     warmup: float = 0.0             # linear warm-up from 0: a fraction of all steps (< 1) or a number of steps
     head_learning_rate: float = 0.0  # learning rate of the layers around a pre-trained encoder (0: learning_rate)
     positive_pool: str = "all"      # positives: every judged-relevant document (all) | those among the candidates
+    positive_relevance: int = 1     # the lowest judged grade that counts as a training positive (TREC DL: 2)
+    dev_at_start: bool = False      # score the dev queries before training: keep the starting weights if no
+                                    # epoch beats them (for encoders that rank well before any fine-tuning)
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -122,6 +126,8 @@ class TrainConfig:
         if self.head_learning_rate < 0:
             raise PipelineError(f"head_learning_rate must be >= 0 (0: the same as learning_rate), "
                                 f"got {self.head_learning_rate}")
+        if self.positive_relevance < 1:
+            raise PipelineError(f"positive_relevance must be >= 1, got {self.positive_relevance}")
         if self.warmup < 0:
             raise PipelineError(f"warmup must be >= 0 (a fraction of the steps, or a number of steps), "
                                 f"got {self.warmup}")
@@ -257,7 +263,8 @@ class Trainer:
         config = self.config
         units = []
         for query_id in sorted(data.queries):
-            positives, negatives = data.positives(query_id, config.positive_pool), data.negatives(query_id)
+            positives = data.positives(query_id, config.positive_pool, config.positive_relevance)
+            negatives = data.negatives(query_id)
             if not positives or not negatives:
                 continue
             query = data.queries[query_id]
@@ -353,6 +360,12 @@ class Trainer:
             last_learning_rate = optimizer.param_groups[0]["lr"]
             self.restore_generators(saved["generators"], rng)
             log.warning("%s: resuming after epoch %d/%d from %s", self.reranker.name, done, config.epochs, state_path)
+        elif config.dev_at_start and dev is not None and dev.queries:
+            # epoch 0: the weights training starts from compete with every epoch for the dev metric
+            best_score = self.evaluate(dev)
+            best_state = copy.deepcopy(module.state_dict())
+            report.best_epoch, report.best_dev_score = 0, best_score
+            log.warning("%s before training: dev %s %.4f", self.reranker.name, config.dev_metric, best_score)
         for epoch in range(done + 1, config.epochs + 1):
             started = time.perf_counter()
             module.train()
@@ -704,16 +717,21 @@ def training_state_path(path: str | Path) -> Path:
     return path.with_name(path.name + ".training-state")
 
 
-def obtain_reranker(name: str, dataset: Dataset, args, folds: Sequence[Fold] | None = None, settings=None):
-    """A trained re-ranker for ``args.split`` of ``dataset``: cached checkpoints are loaded, missing ones
-    trained (on the protocol's training queries, with candidates from the same first stage and depth
-    ``args.k``) and saved. With several folds, returns a :class:`PerQueryReranker`."""
+def obtain_reranker(name: str, dataset: Dataset, args, folds: Sequence[Fold] | None = None, settings=None,
+                    split: str | None = None):
+    """A trained re-ranker for test split ``split`` (default ``args.split``, else the dataset recipe's) of
+    ``dataset``: cached checkpoints are loaded, missing ones trained (on the protocol's training queries,
+    with candidates from the same first stage and depth ``args.k``) and saved. Training options are the
+    dataset recipe's, then ``--config``, then ``--set``. With several folds, returns a
+    :class:`PerQueryReranker`."""
     from indexes import make_first_stage, resolve_first_stage
     from rerankers import reranker_class
 
-    options = parse_overrides(getattr(args, "set", None), getattr(args, "config", None))
+    options = {**dataset.recipe.train,
+               **parse_overrides(getattr(args, "set", None), getattr(args, "config", None))}
+    split = split or getattr(args, "split", None) or dataset.recipe.split
     if folds is None:
-        folds = make_protocol(dataset, args.split, args.seed, getattr(args, "folds", 5))
+        folds = make_protocol(dataset, split, args.seed, getattr(args, "folds", 5))
     first_stage = resolve_first_stage(args.first_stage, dataset)
     candidates: Run | None = None
     cls = reranker_class(name)

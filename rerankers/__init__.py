@@ -59,6 +59,7 @@ REGISTRY: dict[str, str | None] = {
     "match-srnn": "rerankers.match_srnn:MatchSRNNReranker",
     "bi-match-srnn": "rerankers.match_srnn:BiMatchSRNNReranker",
     "cross-encoder": "rerankers.cross_encoder:CrossEncoderReranker",
+    "bi-encoder": "rerankers.bi_encoder:BiEncoderReranker",
     "addax": "rerankers.addax:AddaxReranker",
     "addax-no-mags": "rerankers.addax:AddaxNoMAGSReranker",
     "addax-no-hw": "rerankers.addax:AddaxNoHighwayReranker",

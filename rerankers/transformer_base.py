@@ -238,6 +238,11 @@ class TransformerReranker(TorchReranker):
         """The model's torch module around ``encoder`` (a pre-trained ``AutoModel``; subclasses implement)."""
         raise NotImplementedError
 
+    def load_pretrained(self):
+        """``(tokenizer, model)`` that :meth:`build_module` receives: by default the encoder's ``AutoModel``
+        (:func:`~rerankers.encoders.load_encoder`); a subclass may load the same checkpoint with a head."""
+        return load_encoder(self.encoder_config.encoder)
+
     def prepare(self, train=None, dataset=None) -> None:
         """Load the encoder and its tokenizer and build a fresh module (``train``/``dataset`` are not needed:
         a transformer brings its own vocabulary; they are accepted for the Trainer's protocol)."""
@@ -248,7 +253,7 @@ class TransformerReranker(TorchReranker):
     def _build(self) -> None:
         import torch
 
-        tokenizer, encoder = load_encoder(self.encoder_config.encoder)
+        tokenizer, encoder = self.load_pretrained()
         self.tokenizer = tokenizer
         self.special = SpecialTokens(tokenizer)
         config = encoder.config

@@ -1,0 +1,154 @@
+"""Bi-encoder re-ranker: query and document embedded apart, scored by cosine similarity.
+
+The sentence-transformers recipe (Reimers and Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese
+BERT-Networks", EMNLP 2019, arXiv:1908.10084): each text goes through the encoder alone, its token states
+are mean-pooled over the real tokens and L2-normalised, and the score is the cosine of the two vectors.
+Fine-tuning uses the softmax loss over one positive and sampled negatives (the project's ``softmax`` loss)
+on ``scale * cosine``, which is sentence-transformers' MultipleNegativesRankingLoss restricted to the
+group's own negatives (van den Oord et al.'s InfoNCE, arXiv:1807.03748).
+
+Why it is here: the default encoder, all-MiniLM-L6-v2, was trained by the sentence-transformers authors as
+exactly this bi-encoder, on about a billion sentence pairs that include MS MARCO; used this way it ranks
+well before any training on the user's collection (its model card lists the training data), while the
+cross-encoder and ADDAX put fresh layers on top of it that must be learnt from the collection's few
+judged queries. See BENCHMARKS.md for what that is worth on each collection.
+
+Choices:
+
+* Mean pooling and normalisation as the packaged model was trained (its ``1_Pooling`` config says mean).
+* ``scale`` (20, sentence-transformers' default for that loss) multiplies the cosine in training and in
+  scoring; it changes no ranking, only the temperature of the softmax.
+* Document vectors are cached in evaluation mode (an LRU of ``doc_cache_size`` documents, keyed by id and
+  text), so re-ranking encodes each document once; a training step clears the cache.
+* Training keeps the pre-trained weights when no epoch beats them on the dev queries
+  (``dev_at_start``, on by default here): fine-tuning on a few dozen queries can make a good encoder worse.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from pipeline.errors import PipelineError
+from pipeline.records import Doc, Query
+
+from .addax import _unique
+from .transformer_base import LRUCache, TransformerReranker, pad_ids
+
+__all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker"]
+
+
+@dataclass
+class BiEncoderConfig:
+    """Options of the bi-encoder (``--set scale=...``)."""
+
+    scale: float = 20.0
+
+    def __post_init__(self):
+        if self.scale <= 0:
+            raise PipelineError(f"scale must be > 0, got {self.scale}")
+
+
+class BiEncoderModel(nn.Module):
+    """Encoder, mean pooling over real tokens, L2 normalisation; ``forward`` scores pairs by scaled cosine."""
+
+    def __init__(self, encoder: nn.Module, config: BiEncoderConfig):
+        super().__init__()
+        self.encoder = encoder
+        self.scale = config.scale
+
+    def embed(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        """Unit vectors ``[N, d]`` of texts ``ids [N, L]`` (``attention`` True = real token)."""
+        states = self.encoder(input_ids=ids, attention_mask=attention.long()).last_hidden_state
+        weights = attention.unsqueeze(-1).to(states.dtype)
+        pooled = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return F.normalize(pooled, dim=-1)
+
+    def match(self, queries: torch.Tensor, query_index: torch.Tensor, docs: torch.Tensor,
+              doc_index: torch.Tensor) -> torch.Tensor:
+        """Scores ``[B]`` of pairs (``query_index``/``doc_index`` pick each pair's rows)."""
+        return self.scale * (queries[query_index] * docs[doc_index]).sum(dim=-1)
+
+    def forward(self, query_ids, query_attention, query_index, doc_ids, doc_attention, doc_index):
+        """Scores ``[B]`` of the pairs of unique queries and documents."""
+        return self.match(self.embed(query_ids, query_attention), query_index,
+                          self.embed(doc_ids, doc_attention), doc_index)
+
+
+class BiEncoderReranker(TransformerReranker):
+    """``bi-encoder``: mean-pooled, normalised encoder outputs of query and document, cosine score."""
+
+    name = "bi-encoder"
+    model_config_class = BiEncoderConfig
+    train_defaults = {
+        "loss": "softmax", "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0,
+        "batch_size": 64, "negatives": 7, "epochs": 2, "patience": 1, "score_batch_size": 128,
+        "schedule": "linear", "warmup": 0.1, "dev_at_start": True,
+    }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._doc_vectors = LRUCache(self.encoder_config.doc_cache_size)
+
+    def build_module(self, encoder):
+        return BiEncoderModel(encoder, self.model_config)
+
+    def clear_cache(self) -> None:
+        """Forget cached document vectors (after the weights change)."""
+        self._doc_vectors = LRUCache(self.encoder_config.doc_cache_size)
+
+    def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
+        """Unique queries and documents of ``pairs`` as padded ids with special tokens, ``*_index`` ``[B]``
+        mapping the pairs to them, and ``doc_keys`` (the unique documents' cache keys)."""
+        self._require_prepared()
+        query_firsts, query_index = _unique([self.query_key(q) for q, _ in pairs])
+        doc_keys = [self.doc_key(d) for _, d in pairs]
+        doc_firsts, doc_index = _unique(doc_keys)
+        pad = self.tokenizer.pad_token_id or 0
+        batch: dict = {"doc_keys": [doc_keys[i] for i in doc_firsts]}
+        sides = (("query", self.query_ids([pairs[i][0] for i in query_firsts]), query_index),
+                 ("doc", self.doc_ids([pairs[i][1] for i in doc_firsts]), doc_index))
+        for side, texts, index in sides:
+            ids, attention = pad_ids([self.special.single(t) for t in texts], pad)
+            batch[f"{side}_ids"], batch[f"{side}_attention"] = ids, attention
+            batch[f"{side}_index"] = torch.tensor(index, dtype=torch.long)
+        return batch
+
+    def forward(self, batch):
+        """Scores ``[B]``; without gradients, document vectors come from the cache where present."""
+        module = self.module
+        tensors = self.tensors(batch)
+        if module.training or torch.is_grad_enabled() or self.encoder_config.doc_cache_size <= 0:
+            if module.training:
+                self.clear_cache()  # the weights are about to change
+            return module(**tensors)
+        queries = module.embed(tensors["query_ids"], tensors["query_attention"])
+        keys = batch["doc_keys"]
+        vectors = [self._doc_vectors.get(key) for key in keys]
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        if missing:
+            rows = torch.tensor(missing, device=tensors["doc_ids"].device)
+            attention = tensors["doc_attention"][rows]
+            width = int(attention.sum(dim=1).max())
+            fresh = module.embed(tensors["doc_ids"][rows, :width], attention[:, :width])
+            for row, i in enumerate(missing):
+                vectors[i] = fresh[row]
+                self._doc_vectors.put(keys[i], fresh[row])
+        return module.match(queries, tensors["query_index"], torch.stack(vectors), tensors["doc_index"])
+
+    @classmethod
+    def load(cls, path) -> "BiEncoderReranker":
+        """A checkpoint written by :meth:`save`, or, for a path that is not a file, the pre-trained
+        sentence encoder of that name or directory used as it is (``--model all-MiniLM-L6-v2``: zero-shot,
+        nothing trained)."""
+        if Path(path).is_file():
+            return super().load(path)
+        reranker = cls()
+        reranker.encoder_config.encoder = str(path)
+        reranker.prepare()
+        reranker.module.eval()
+        return reranker
