@@ -2,6 +2,7 @@
 
 Command line::
 
+    python -m pipeline.run --reranker hcan        # Microblog 2014: QL, HCAN alone, HCAN + QL
     python -m pipeline.run --dataset cranfield --reranker none
     python -m pipeline.run --dataset microblog --split 2013 --first-stage shipped --metrics "AP P@30"
 
@@ -35,6 +36,8 @@ from .trec import write_run
 
 log = logging.getLogger("pipeline.run")
 DEFAULT_OUTPUT_DIR = Path("runs")
+#: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
+DEFAULT_DATASET = "microblog"
 #: metrics when neither the command line nor the dataset's recipe names any (the first is the main one)
 DEFAULT_METRICS = "AP nDCG@10 P@30 R@{k}"
 
@@ -254,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rerankers import available
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", default="cranfield", help="dataset name, ir_datasets id or directory (default: cranfield)")
+    parser.add_argument("--dataset", default=DEFAULT_DATASET,
+                        help=f"dataset name, ir_datasets id or directory (default: {DEFAULT_DATASET}: TREC Microblog, "
+                             "HCAN's own data, re-ranking 2014 with models trained on 2011-2013)")
     parser.add_argument("--split", help="run only this split's queries (e.g. test, 2013, raw-test); with a re-ranker, "
                                          "the protocol's test split (default: the dataset's)")
     parser.add_argument("--reranker", default="none", choices=available(), help="re-ranker (default: none)")

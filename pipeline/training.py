@@ -567,7 +567,8 @@ def make_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: in
         if test_name == "train":
             raise PipelineError("cannot test on the training split")
         prefix = test_name.split("-")[0] + "-" if "-" in test_name else ""
-        dev_name = next((n for n in (f"{prefix}dev", "dev") if n in splits), None)
+        # never the test split itself: the dev queries choose epochs and interpolation weights
+        dev_name = next((n for n in (f"{prefix}dev", "dev") if n in splits and n != test_name), None)
         if dev_name:
             train, dev = splits["train"], splits[dev_name]
         else:

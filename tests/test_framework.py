@@ -454,21 +454,23 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
     again = subprocess.run([sys.executable, "-m", "pipeline.train", *common], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=300)
     assert "cached" in again.stdout
-    ran = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "runs")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0 and "loaded" in ran.stderr and "training hcan" not in ran.stderr
-
-    # --interpolate: the cached model's scores mixed with the first stage's, the weight tuned on dev
-    tuned = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "auto",
-                            "--output-dir", str(tmp_path / "runs")], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=300)
-    assert tuned.returncode == 0, tuned.stderr[-2000:]
-    assert "interpolation weight" in tuned.stderr and "training hcan" not in tuned.stderr
-    plain_run, = (tmp_path / "runs").glob("*hcan.run")
-    tuned_run, = (tmp_path / "runs").glob("*hcan-interp.run")
-    # its table reports the re-ranker alone (the same run as without --interpolate) beside the interpolation
+    # by default the cached model's scores are mixed with the first stage's, the weight tuned on dev
+    tuned = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "runs")],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert tuned.returncode == 0 and "loaded" in tuned.stderr and "training hcan" not in tuned.stderr
+    assert "interpolation weight" in tuned.stderr
+    plain_run, = (tmp_path / "runs").glob("*hcan-alone.run")
+    tuned_run, = (tmp_path / "runs").glob("*hcan.run")
+    # three rows: the first stage, the re-ranker alone and the combination
     table_rows = [line.split("|")[1].strip() for line in tuned.stdout.splitlines() if line.startswith("|")]
     assert plain_run.stem in table_rows and tuned_run.stem in table_rows, tuned.stdout
+    assert any("(baseline)" in row for row in table_rows)
+    # --interpolate none: the re-ranker's own scores, the same as the alone run of the default
+    alone = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "none",
+                            "--output-dir", str(tmp_path / "alone")], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert alone.returncode == 0 and "interpolation weight" not in alone.stderr, alone.stderr[-2000:]
+    assert next((tmp_path / "alone").glob("*hcan-alone.run")).read_bytes() == plain_run.read_bytes()
     candidates = lambda path: sorted(tuple(line.split()[:3:2]) for line in path.read_text().splitlines())
     assert candidates(plain_run) == candidates(tuned_run)
     only_first = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "1",
@@ -487,7 +489,7 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                               "--output-dir", str(tmp_path / "runs")], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=300)
     assert shallow.returncode == 0, shallow.stderr[-2000:]
-    shallow_run, = (tmp_path / "runs").glob("*hcan-top2.run")
+    shallow_run, = (tmp_path / "runs").glob("*hcan-top2.run")  # the combination, re-ranked to depth 2
     assert candidates(shallow_run) == candidates(plain_run)
     shallow_order = {}
     for line in shallow_run.read_text().splitlines():
@@ -496,7 +498,7 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
         expected = [h.doc_id for h in shipped[query_id]]
         assert len(expected) > 2 and set(ranked[:2]) == set(expected[:2]) and ranked[2:] == expected[2:]
 
-    # --model: re-rank with a saved checkpoint (no training, every query of the split)
+    # --model: re-rank with a saved checkpoint (no training; the protocol's test queries, tuned on its dev)
     checkpoint = next((tmp_path / "models").rglob("hcan-*.pt"))
     reused = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", str(tiny_dir), "--split", "dev",
                              "--reranker", "hcan", "--model", str(checkpoint), "--metrics", "AP",
@@ -510,6 +512,47 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                                   "--model", str(checkpoint)], cwd=REPO, env=env, capture_output=True, text=True,
                                  timeout=300)
     assert no_reranker.returncode != 0 and "--model needs --reranker" in no_reranker.stderr
+
+
+def test_default_interpolation_is_tuned_on_dev_queries_never_on_test_queries(tiny_dir, tmp_path, monkeypatch):
+    """The default ``--interpolate auto`` picks its weight on the protocol's dev queries: no test query is
+    ever in a run the weight is tuned on (own splits, and k-fold where every query is tested once)."""
+    from pipeline import fusion
+    from pipeline.run import build_parser, run_pipeline
+
+    tuned_on: list[set[str]] = []
+    tune_weight = fusion.tune_weight
+
+    def recording(first, reranked, qrels, metric="AP", grid=fusion.DEFAULT_GRID):
+        tuned_on.append(set(reranked))
+        return tune_weight(first, reranked, qrels, metric, grid)
+
+    monkeypatch.setattr(fusion, "tune_weight", recording)
+    monkeypatch.setenv("PIPELINE_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    settings = [f"--set={k}={v}" for k, v in {**TINY, "epochs": 1}.items()]
+    dataset = load_local(tiny_dir)
+    test_ids = set(dataset.splits["test"])
+    result = run_pipeline(build_parser().parse_args(
+        ["--dataset", str(tiny_dir), "--reranker", "hcan", "--output-dir", str(tmp_path / "own"), *settings]))
+    assert tuned_on and all(ids <= set(dataset.splits["dev"]) for ids in tuned_on)
+    assert not any(ids & test_ids for ids in tuned_on)
+    assert set(result.run) == test_ids and result.reranked is not None
+    assert len(result.comparison.evaluations) == 3  # first stage, re-ranker alone, combination
+
+    # k-fold (no splits): each fold tunes on its own dev queries, never on the queries it re-ranks
+    tuned_on.clear()
+    import shutil
+
+    only_train = tmp_path / "kfold"  # one pair folder: a collection without splits
+    shutil.copytree(tiny_dir / "train", only_train)
+    result = run_pipeline(build_parser().parse_args(
+        ["--dataset", str(only_train), "--reranker", "hcan", "--folds", "3", "--output-dir", str(tmp_path / "k"),
+         *settings]))
+    assert len(tuned_on) == 3
+    folds = make_protocol(load_local(only_train), None, 42, 3)
+    for fold, ids in zip(folds, tuned_on):
+        assert ids <= set(fold.dev) and not ids & set(fold.test)
 
 
 # ------------------------------------------------------------------------------------------ resuming
