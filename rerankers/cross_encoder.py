@@ -13,31 +13,77 @@ Choices (the baseline is not specified further by the ADDAX paper, which calls i
   pieces), so a long document never pushes the query out.
 * Nothing is cached between calls beyond tokenization: every pair needs a full encoder pass, which is
   what ADDAX's per-document cache is measured against (``benchmarks/addax_speed.py``).
+
+Cross-encoders trained elsewhere (Hugging Face ``...ForSequenceClassification`` models such as
+``cross-encoder/ms-marco-MiniLM-L-6-v2``):
+
+* :meth:`CrossEncoderReranker.load` takes, besides a checkpoint file written by ``save()``, such a model's
+  hub id or local ``save_pretrained`` directory and re-ranks with it as it is, head included, training
+  nothing (``python -m pipeline.run --reranker cross-encoder --model ID_OR_DIR``). Its inputs are the ones
+  the model was trained on: ``tokenizer(query, doc)``'s ids and token types, each text truncated as above
+  (``max_doc_length`` is lowered when the defaults do not fit the model's positions).
+* The score is the logit with one output (sentence-transformers' MS MARCO cross-encoders), and
+  ``logit[1] - logit[0]`` with two (monoBERT): the log-odds of the relevant class, monotone in its
+  probability. Other numbers of labels (e.g. NLI models) are an error.
+* Fine-tuning (``--set encoder=ID_OR_DIR``) starts from such a model's own head (its pooler and
+  classifier) rather than a fresh linear one when it has one or two labels (``head=auto``, the default):
+  the head was trained for this task, so it ranks before the first step and a new random head would only
+  throw that away. The pointwise loss on ``logit[1] - logit[0]`` is exactly the two-class softmax
+  cross-entropy monoBERT trains with. The model's own dropout applies (``dropout`` is for the fresh head
+  only), and its head counts as pre-trained: it gets ``learning_rate``, and ``head_learning_rate``, which
+  is for freshly initialised layers, finds none (the Trainer says so).
+  ``head=new`` keeps the fresh linear head on ``[CLS]`` (what plain encoders such as MiniLM always get),
+  ``head=pretrained`` insists on the model's head.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch.nn as nn
 
-from pipeline.errors import PipelineError
+from pipeline.errors import CheckpointError, PipelineError
 from pipeline.records import Doc, Query
 
-from .transformer_base import TransformerReranker, pad_ids
+from .encoders import (
+    is_sequence_classifier, load_classifier, load_encoder, pretrained_config, pretrained_tokenizer,
+)
+from .transformer_base import SpecialTokens, TransformerReranker, pad_ids
 
-__all__ = ["CrossEncoderConfig", "CrossEncoderModel", "CrossEncoderReranker"]
+__all__ = ["CrossEncoderConfig", "CrossEncoderModel", "CrossEncoderReranker", "PretrainedHeadModel"]
+
+log = logging.getLogger(__name__)
+
+HEADS = ("auto", "new", "pretrained")
+#: file suffixes that name a checkpoint written by save() (the model cache writes ``.pt``), never a hub id
+CHECKPOINT_SUFFIXES = (".pt", ".pth")
+#: numbers of labels a sequence-classification head may have to give a relevance score
+SCORABLE_LABELS = (1, 2)
 
 
 @dataclass
 class CrossEncoderConfig:
-    """Options of the cross-encoder's head (``--set dropout=...``)."""
+    """Options of the cross-encoder's head (``--set dropout=...``, ``--set head=...``).
+
+    Attributes:
+        dropout: dropout on the ``[CLS]`` vector before a fresh linear head.
+        head: ``auto`` (the re-ranker's default): the encoder's own sequence-classification head when its
+            config has one with 1 or 2 labels, else a fresh linear head; ``new``: always a fresh linear head;
+            ``pretrained``: the encoder's own head, an error when it has none.
+    """
 
     dropout: float = 0.1
+    # "new" here, "auto" through CrossEncoderReranker.model_defaults: checkpoints written before this option
+    # existed lack it, and they all hold a fresh linear head
+    head: str = "new"
 
     def __post_init__(self):
         if not 0.0 <= self.dropout < 1.0:
             raise PipelineError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.head not in HEADS:
+            raise PipelineError(f"head must be one of {', '.join(HEADS)}, got {self.head!r}")
 
 
 class CrossEncoderModel(nn.Module):
@@ -56,17 +102,74 @@ class CrossEncoderModel(nn.Module):
         return self.head(self.dropout(states[:, 0])).squeeze(-1)
 
 
+class PretrainedHeadModel(nn.Module):
+    """A Hugging Face ``...ForSequenceClassification`` model used whole (its pooling and classifier): the
+    relevance score is its logit (one label) or ``logit[1] - logit[0]`` (two labels).
+
+    The model sits under ``encoder`` so that all of it, head included, counts as pre-trained (see
+    :attr:`TransformerReranker.pretrained_prefixes`): it was trained with the rest, so it gets the encoder's
+    fine-tuning step, not ``head_learning_rate``.
+    """
+
+    def __init__(self, classifier: nn.Module):
+        super().__init__()
+        labels = classifier.config.num_labels
+        if labels not in SCORABLE_LABELS:
+            raise PipelineError(f"a sequence-classification head with {labels} labels gives no relevance score "
+                                f"(1 label: the logit; 2: logit[1] - logit[0])")
+        self.encoder = classifier
+        self.labels = labels
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        """Relevance scores ``[B]`` of the pairs in ``input_ids [B, L]`` (``attention_mask`` True = real)."""
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        logits = self.encoder(input_ids=input_ids, attention_mask=attention_mask.long(), **extra).logits
+        return logits[:, 0] if self.labels == 1 else logits[:, 1] - logits[:, 0]
+
+
 class CrossEncoderReranker(TransformerReranker):
-    """``cross-encoder``: ``[CLS] q [SEP] d [SEP]`` through the encoder, a linear head on ``[CLS]``."""
+    """``cross-encoder``: ``[CLS] q [SEP] d [SEP]`` through the encoder, a linear head on ``[CLS]`` (or the
+    encoder's own classification head, see the module docstring)."""
 
     name = "cross-encoder"
     model_config_class = CrossEncoderConfig
+    model_defaults = {"head": "auto"}
     train_defaults = {
         "loss": "pointwise", "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01,
         "grad_clip": 1.0, "batch_size": 32, "epochs": 5, "patience": 2, "negatives": 4, "score_batch_size": 64,
     }
 
+    def uses_pretrained_head(self) -> bool:
+        """Whether the module is built on the encoder's own classification head (see ``head``); an encoder
+        without a usable one under ``head=pretrained`` is a :class:`~pipeline.errors.PipelineError`."""
+        head = self.model_config.head
+        if head == "new":
+            return False
+        name = self.encoder_config.encoder
+        config = pretrained_config(name)
+        usable = is_sequence_classifier(config) and config.num_labels in SCORABLE_LABELS
+        if head == "pretrained" and not usable:
+            found = (f"a head with {config.num_labels} labels" if is_sequence_classifier(config)
+                     else f"no sequence-classification head (architectures {config.architectures!r})")
+            raise PipelineError(f"{self.name}: head=pretrained, but encoder {name!r} has {found}; a relevance "
+                                f"score needs a ...ForSequenceClassification model with 1 or 2 labels")
+        if head == "auto" and is_sequence_classifier(config) and not usable:
+            log.warning("%s: encoder %r has a %d-label classification head; a fresh linear head replaces it",
+                        self.name, name, config.num_labels)
+        return usable
+
+    def load_pretrained(self):
+        """The encoder with its classification head (``AutoModelForSequenceClassification``) when
+        :meth:`uses_pretrained_head`, else its ``AutoModel``."""
+        if self.uses_pretrained_head():
+            return load_classifier(self.encoder_config.encoder)
+        return load_encoder(self.encoder_config.encoder)
+
     def build_module(self, encoder):
+        """:class:`PretrainedHeadModel` around a loaded classifier, else :class:`CrossEncoderModel`."""
+        # the loaded class, not the config, tells: an AutoModel read from a classifier keeps its config
+        if type(encoder).__name__.endswith("ForSequenceClassification"):
+            return PretrainedHeadModel(encoder)
         return CrossEncoderModel(encoder, self.model_config)
 
     def max_input_length(self) -> int:
@@ -90,3 +193,67 @@ class CrossEncoderReranker(TransformerReranker):
             types, _ = pad_ids([j[1] for j in joined], 0)
             batch["token_type_ids"] = types
         return batch
+
+    # -- models trained elsewhere ------------------------------------------------------------------
+    @classmethod
+    def load(cls, path) -> "CrossEncoderReranker":
+        """A ready re-ranker from ``path``: a checkpoint file written by :meth:`save`, or a Hugging Face
+        sequence-classification cross-encoder, a local ``save_pretrained`` directory (one holding
+        ``config.json``) or a hub model id (anything that is not an existing path, except a name ending in
+        ``.pt``/``.pth``, which is a missing checkpoint), used as it is
+        (:meth:`from_pretrained`). What cannot be loaded is a :class:`~pipeline.errors.CheckpointError`
+        saying what was tried."""
+        location = Path(path)
+        # a missing *.pt is a checkpoint path with a typo, not a hub id: no network round trip for it
+        if location.is_file() or (not location.exists() and location.suffix in CHECKPOINT_SUFFIXES):
+            return super().load(location)
+        if location.is_dir():
+            if not (location / "config.json").is_file():
+                raise CheckpointError(f"{path}: a directory without config.json, so neither a checkpoint file "
+                                      f"written by save() nor a Hugging Face model directory (save_pretrained)")
+            tried = "as a Hugging Face model directory"
+        else:
+            tried = "not a file or directory here; as a Hugging Face hub model id"
+        try:
+            return cls.from_pretrained(str(path))
+        except PipelineError as error:
+            raise CheckpointError(f"{path}: {tried}: {error}") from None
+
+    @classmethod
+    def from_pretrained(cls, name: str, options: Mapping[str, Any] | None = None,
+                        seed: int = 42) -> "CrossEncoderReranker":
+        """Re-ranker on Hugging Face sequence-classification model ``name`` (hub id or local directory),
+        its classification head kept, nothing trained; ``options`` are ``--set``-style options (e.g.
+        ``max_query_length``). Without an explicit ``max_doc_length``, the default is lowered, if need be, so
+        that query, document and special tokens fit the model's positions."""
+        options = dict(options or {})
+        reranker = cls.from_options({**options, "encoder": name, "head": "pretrained"}, seed=seed)
+        config = pretrained_config(name)
+        if not is_sequence_classifier(config):
+            raise PipelineError(f"not a cross-encoder: its config.json names architectures "
+                                f"{config.architectures!r}, none a ...ForSequenceClassification model (to "
+                                f"fine-tune a plain encoder, train with --set encoder={name} instead of --model)")
+        if config.num_labels not in SCORABLE_LABELS:
+            raise PipelineError(f"its classification head has {config.num_labels} labels; a relevance score "
+                                f"needs 1 (the logit) or 2 (logit[1] - logit[0])")
+        if "max_doc_length" not in options:
+            reranker._fit_doc_length(config, pretrained_tokenizer(name, classifier=True))
+        reranker._build()
+        reranker.module.eval()
+        return reranker
+
+    def _fit_doc_length(self, config, tokenizer) -> None:
+        """Lower ``max_doc_length`` so that a query, a document and the pair's special tokens fit both the
+        model's position embeddings and its tokenizer's ``model_max_length`` (RoBERTa-style models have
+        two position rows fewer than ``max_position_embeddings`` says, which the tokenizer's limit tells)."""
+        limits = [getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
+        # tokenizers without a known limit report a huge sentinel (int(1e30))
+        limits = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 1_000_000]
+        if not limits:
+            return
+        encoder = self.encoder_config
+        room = min(limits) - encoder.max_query_length - SpecialTokens(tokenizer).extra(pair=True)
+        if 1 <= room < encoder.max_doc_length:
+            log.warning("%s: max_doc_length lowered from %d to %d to fit %s's %d positions", self.name,
+                        encoder.max_doc_length, room, encoder.encoder, min(limits))
+            encoder.max_doc_length = room

