@@ -25,6 +25,7 @@ Choices:
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -40,6 +41,8 @@ from .addax import _unique
 from .transformer_base import LRUCache, TransformerReranker, pad_ids
 
 __all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -147,8 +150,17 @@ class BiEncoderReranker(TransformerReranker):
         nothing trained)."""
         if Path(path).is_file():
             return super().load(path)
+        from .encoders import pretrained_config
+
         reranker = cls()
-        reranker.encoder_config.encoder = str(path)
+        config = reranker.encoder_config
+        config.encoder = str(path)
+        # --model takes no --set options: texts are cut to what the encoder's positions hold (with [CLS]/[SEP])
+        limit = getattr(pretrained_config(config.encoder), "max_position_embeddings", None)
+        if limit is not None and max(config.max_query_length, config.max_doc_length) + 2 > limit:
+            config.max_doc_length = min(config.max_doc_length, limit - 2)
+            config.max_query_length = min(config.max_query_length, limit - 2)
+            log.warning("%s: texts cut to %d word pieces to fit %s", cls.name, config.max_doc_length, config.encoder)
         reranker.prepare()
         reranker.module.eval()
         return reranker
