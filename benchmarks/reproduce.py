@@ -46,6 +46,8 @@ def reproduce_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interpolate", metavar="auto|W|none", default="auto",
                         help="also report each model interpolated with the first stage (pipeline.run --interpolate; "
                              "default auto, 'none': the model alone only)")
+    parser.add_argument("--model", help="re-rank with this checkpoint or pre-trained model instead of training "
+                                        "(pipeline.run --model; e.g. --reranker bi-encoder --model all-MiniLM-L6-v2)")
     parser.add_argument("--output-dir", default="runs/reproduce")
     parser.add_argument("--output", help="write the Markdown table here (and .json beside it)")
     return parser
@@ -81,6 +83,8 @@ def main() -> None:
                 for option in [*args.set, *options]:
                     argv += ["--set", option]
                 argv += ["--interpolate", args.interpolate]
+                if args.model:
+                    argv += ["--model", args.model]
                 # one call per seed: with --interpolate its table holds the re-ranker alone and interpolated,
                 # from one scoring pass (the rows: first stage, [alone,] final)
                 result = run_pipeline(build_parser().parse_args(argv))

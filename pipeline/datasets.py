@@ -496,6 +496,11 @@ def dl_years(root: Path) -> Dataset:
     )
 
 
+#: NFCorpus: nDCG@10 first (BEIR's measure); training positives only among the candidates, because most of
+#: a query's ~35 judged documents are not among BM25's top 100 (BENCHMARKS.md, NFCorpus)
+NFCORPUS_RECIPE = Recipe(metrics="nDCG@10 AP P@10 R@{k}", train={"positive_pool": "candidates"})
+
+
 def _nfcorpus(split: str) -> Callable[[Path], Dataset]:
     def load(root: Path) -> Dataset:
         base = root / "nfcorpus"
@@ -503,10 +508,12 @@ def _nfcorpus(split: str) -> Callable[[Path], Dataset]:
             topics = base / "beir-topics-and-qrels" / "topics.beir-v1.0.0-nfcorpus.test.tsv.gz"
         else:
             topics = base / f"{split}.titles.queries"
-        return trec_dataset(
+        dataset = trec_dataset(
             "nfcorpus" if split == "test" else f"nfcorpus-{split}", topics, base / f"{split}.2-1-0.qrel",
             [base / f"{split}.docs"], judged_only=True, source=str(base),
         )
+        dataset.recipe = NFCORPUS_RECIPE
+        return dataset
 
     return load
 
