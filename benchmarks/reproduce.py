@@ -92,10 +92,14 @@ def main() -> None:
                 baseline = evaluations[0].aggregate
                 rows = ([(plain, evaluations[1]), (f"{plain}+interp", evaluations[2])] if combined
                         else [(plain, evaluations[-1])])
+                pvalues = result.comparison.pvalues
                 for name, evaluation in rows:
                     results.setdefault(name, {"seeds": []})["seeds"].append(seed)
                     for measure, value in evaluation.aggregate.items():
                         results[name].setdefault(measure, []).append(value)
+                        # paired t-test against the first stage, per seed (Holm-corrected over the rows)
+                        p = pvalues.get(evaluation.name, {}).get(measure, float("nan"))
+                        results[name].setdefault(f"p:{measure}", []).append(p)
                     print(f"{name} seed {seed}: {evaluation.aggregate}", flush=True)
                 done += len(rows)
                 if args.output:  # after every run, so a stopped benchmark keeps what it measured
