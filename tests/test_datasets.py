@@ -392,6 +392,9 @@ REAL_COUNTS = {
                {"train": 4718, "raw-dev": 1148, "raw-test": 1517, "clean-dev": 1117, "clean-test": 1442}),
     "dl19": (43, {}, 9260, 4297, 4300, None),
     "dl20": (54, {}, 11386, 5396, 5400, None),
+    "dl21": (53, {}, 10828, 5299, 5300, None),
+    "dl": (150, {"2019": 43, "2020": 54, "2021": 53}, 9260 + 11386 + 10828, 4297 + 5396 + 5299 - 35, 15000,
+           {"2019": 4300, "2020": 5400, "2021": 5300}),
     "nfcorpus": (323, {}, 12334, 3162, None, None),
     "nfcorpus-dev": (324, {}, 11385, 3193, None, None),
     "vaswani-npl": (93, {}, 2083, 11429, None, None),
@@ -448,6 +451,21 @@ def test_dl19_docs_come_from_the_shipped_json(data_root):
     store = dataset.doc_store()
     assert all(hit.doc_id in store for hits in dataset.first_stage.values() for hit in hits)
     assert all(doc.text for doc in store.values())
+
+
+@pytest.mark.slow
+def test_dl_is_three_years_with_leave_one_year_out_and_its_recipe(data_root):
+    from pipeline.training import make_protocol
+
+    dataset = load_dataset("dl")
+    assert dataset.recipe.split == "2019" and dataset.recipe.metrics.split()[0] == "nDCG@10"
+    assert dataset.recipe.train["positive_relevance"] == 2
+    for year in ("2019", "2020", "2021"):
+        fold, = make_protocol(dataset, year, 1)
+        assert set(fold.test) == set(dataset.splits[year])
+        others = {q for y, ids in dataset.splits.items() if y != year for q in ids}
+        assert set(fold.train) | set(fold.dev) == others and not set(fold.train) & set(fold.dev)
+    assert load_dataset("dl21").queries.keys() == set(dataset.splits["2021"])
 
 
 def test_dataset_is_a_plain_container():

@@ -67,7 +67,7 @@ def test_tune_weight_needs_judged_queries():
         fusion.tune_weight(FIRST, MODEL, [Qrel("other", "a", 1)])
 
 
-@pytest.mark.parametrize("text, message", [("x", "'auto' or a weight"), ("1.5", "in \\[0, 1\\]")])
+@pytest.mark.parametrize("text, message", [("x", "'auto', 'none' or a weight"), ("1.5", "in \\[0, 1\\]")])
 def test_parse_weight_errors(text, message):
     with pytest.raises(PipelineError, match=message):
         parse_weight(text)
