@@ -94,7 +94,7 @@ def render(collections: list[Collection]) -> str:
     """The Markdown table and the list of result files and commands under it."""
     lines = ["| collection | protocol | metric | first stage | word-level re-ranker | alone | sig. | combined | sig. "
              "| transformer re-ranker | alone | sig. | combined | sig. |",
-             "|---" * 15 + "|"]
+             "|---" * 14 + "|"]
     sources = []
     for c in collections:
         word, transformer = cells(c.word, c.metric), cells(c.transformer, c.metric)
@@ -195,14 +195,26 @@ def render_dl(years=("2019", "2020")) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", help="write the tables here (atomically)")
+    parser.add_argument("--update", metavar="MARKDOWN",
+                        help="replace the tables between the markers in this file (e.g. BENCHMARKS.md)")
     args = parser.parse_args(argv)
-    text = render(COLLECTIONS) + "\n" + render_dl()
-    if args.output:
-        from pipeline.atomic import atomic_write
+    from pipeline.atomic import atomic_write
 
+    tables = {"effectiveness": render(COLLECTIONS), "dl": render_dl()}
+    if args.output:
         with atomic_write(args.output) as handle:
+            handle.write("\n".join(tables.values()))
+    if args.update:
+        text = Path(args.update).read_text(encoding="utf-8")
+        for name, table in tables.items():
+            begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+            if begin not in text or end not in text:
+                raise SystemExit(f"{args.update}: no {begin} ... {end} block to replace")
+            head, rest = text.split(begin, 1)
+            text = head + begin + "\n" + table + rest[rest.index(end):]
+        with atomic_write(args.update) as handle:
             handle.write(text)
-    print(text, end="")
+    print("\n".join(tables.values()), end="")
 
 
 if __name__ == "__main__":
