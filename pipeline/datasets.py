@@ -308,7 +308,7 @@ def _rank_llm_docs(path: Path) -> Iterator[tuple[None, Doc]]:
     """Passages inside a rank_llm retrieval JSON (``[{"query", "hits": [{"docid", "content"}]}]``), each as
     ``(None, Doc)`` (the JSON is read whole, so there is no line to report)."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             records = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataFormatError(path, getattr(error, "lineno", None), f"not a valid UTF-8 JSON file: {error}") from None
@@ -360,7 +360,7 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
 
 def _from_manifest(root: Path, manifest: Path, name: str) -> Dataset:
     try:
-        spec = json.loads(manifest.read_text(encoding="utf-8"))
+        spec = json.loads(manifest.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataFormatError(manifest, getattr(error, "lineno", None), f"invalid JSON manifest: {error}") from None
 

@@ -8,6 +8,8 @@ from typing import Iterator
 
 from .errors import DataFormatError
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
 
 def open_binary(path: str | os.PathLike):
     """Open a file for binary reading, transparently gunzipping ``*.gz``; a missing file names itself."""
@@ -20,10 +22,14 @@ def open_binary(path: str | os.PathLike):
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for each line (1-based, newline stripped).
 
+    A UTF-8 byte-order mark at the start of the file (what some Windows editors write) is dropped: left in,
+    it would become part of the first query id or make the first judgment unreadable.
     Raises :class:`DataFormatError` naming the file and line of the first byte sequence that is not UTF-8.
     """
     with open_binary(path) as handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:

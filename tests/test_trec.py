@@ -433,3 +433,17 @@ def test_pipeline_errors_are_value_errors():
     assert isinstance(error, PipelineError) and isinstance(error, ValueError)
     assert str(error) == "f.txt:3: bad"
     assert str(DataFormatError("f.txt", None, "bad")) == "f.txt: bad"
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    """Windows editors start files with a BOM: left in, it became part of the first query id (written into
+    the run) or made the first judgment of a qrels file unreadable, and changed scores silently."""
+    bom = "\ufeff"
+    topics = write(tmp_path / "topics.tsv", bom + "1\tfirst query\n2\tsecond query\n")
+    assert list(trec.read_topics(topics)) == ["1", "2"]
+    qrels = write(tmp_path / "qrels.txt", bom + "1 0 d1 1\n2 0 d2 0\n")
+    assert trec.read_qrels(qrels) == [Qrel("1", "d1", 1), Qrel("2", "d2", 0)]
+    run = write(tmp_path / "a.run", bom + "1 Q0 d1 1 2.0 t\n1 Q0 d2 2 1.0 t\n")
+    assert [h.doc_id for h in trec.read_run(run)["1"]] == ["d1", "d2"]
+    docs = write(tmp_path / "docs.jsonl", bom + '{"id": "d1", "contents": "text one"}\n')
+    assert list(trec.read_docs(docs)) == [Doc("d1", "text one")]
