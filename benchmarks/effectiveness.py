@@ -52,9 +52,10 @@ def load(file: str) -> dict:
 
 
 def summary(values: list[float]) -> str:
-    """``mean ± sd`` (sample sd; 0 for one value)."""
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.4f} ± {spread:.4f}"
+    """``mean ± sd`` (sample sd) over seeds, or the value and ``(1 seed)`` for one seed."""
+    if len(values) == 1:
+        return f"{values[0]:.4f} (1 seed)"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
 
 
 def significance(row: dict, metric: str, first: float) -> str:
@@ -122,25 +123,25 @@ COLLECTIONS = [
                Model("KNRM", "nfcorpus/knrm.json", "knrm"),
                Model("bi-encoder, zero-shot", "nfcorpus/bi-encoder-zero-shot.json", "bi-encoder")),
     Collection("Microblog 2013", "train 2011, 2012, 2014", "AP", "QL top-1000",
-               Model("HCAN", "hcan_microblog_2013_hinge_all.json", "hcan-HCAN"),
+               Model("HCAN (hinge, up to 20 epochs)", "hcan_microblog_2013_hinge_all.json", "hcan-HCAN"),
                Model("cross-encoder", "microblog_2013_depth1000_3seeds.json", "cross-encoder")),
     Collection("Microblog 2014", "train 2011-2013", "AP", "QL top-1000",
-               Model("HCAN", "hcan_microblog_2014_hinge_all.json", "hcan-HCAN"),
+               Model("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"),
                Model("cross-encoder", "microblog_2014_depth1000_3seeds.json", "cross-encoder")),
     Collection("WikiQA (237 q)", "train / dev / test-filtered", "AP", "page order",
-               Model("Bi-Match-SRNN", "wikiqa/bi-match-srnn.json", "bi-match-srnn"),
+               Model("Bi-Match-SRNN", "match_srnn_wikiqa.json", "bi-match-srnn"),
                Model("bi-encoder, zero-shot", "wikiqa/bi-encoder-zero-shot.json", "bi-encoder")),
     Collection("TrecQA raw-test", "train / raw-dev / raw-test", "AP", "file order (correct first)",
-               Model("HCAN", "trecqa/hcan.json", "hcan"),
+               Model("HCAN", "hcan_trecqa.json", "hcan-HCAN"),
                Model("bi-encoder, zero-shot", "trecqa/bi-encoder-zero-shot.json", "bi-encoder")),
     Collection("DL19", "train DL20+21", "nDCG@10", "BM25 top-100",
                Model("DRMM", "dl/2019-knrm-drmm.json", "drmm"),
-               Model("bi-encoder, fine-tuned", "dl/2019-bi-encoder.json", "bi-encoder")),
+               Model("bi-encoder, zero-shot", "dl/2019-bi-encoder-zero-shot.json", "bi-encoder")),
     Collection("DL20", "train DL19+21", "nDCG@10", "BM25 top-100",
                Model("DRMM", "dl/2020-knrm-drmm.json", "drmm"),
-               Model("bi-encoder, fine-tuned", "dl/2020-bi-encoder.json", "bi-encoder")),
+               Model("bi-encoder, zero-shot", "dl/2020-bi-encoder-zero-shot.json", "bi-encoder")),
     Collection("DL21", "train DL19+20", "nDCG@10", "BM25 top-100",
-               Model("KNRM", "dl/2021-knrm.json", "knrm"),
+               Model("DRMM", "dl/2021-knrm-drmm.json", "drmm"),
                Model("bi-encoder, zero-shot", "dl/2021-bi-encoder-zero-shot.json", "bi-encoder")),
 ]
 

@@ -43,9 +43,9 @@ def reproduce_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--rerank-depth", type=int, default=0, metavar="D",
                         help="re-rank only the top D of the k candidates (pipeline.run --rerank-depth)")
-    parser.add_argument("--interpolate", metavar="auto|W|none", default="auto",
-                        help="also report each model interpolated with the first stage (pipeline.run --interpolate; "
-                             "default auto, 'none': the model alone only)")
+    parser.add_argument("--interpolate", metavar="auto|W|none",
+                        help="how each model meets the first stage (pipeline.run --interpolate; default: the "
+                             "dataset's, usually auto: the model alone and combined; 'none': alone only)")
     parser.add_argument("--model", help="re-rank with this checkpoint or pre-trained model instead of training "
                                         "(pipeline.run --model; e.g. --reranker bi-encoder --model all-MiniLM-L6-v2)")
     parser.add_argument("--output-dir", default="runs/reproduce")
@@ -65,7 +65,7 @@ def main() -> None:
     baseline: dict[str, float] = {}
     command = shlex.join(sys.argv)  # quoted, so the recorded command can be run (and parsed) again
     started = time.time()
-    combined = args.interpolate != "none"
+    combined = args.interpolate != "none"  # the dataset's recipe may still say none: rows follow the results
     planned = len(args.reranker) * len(variants) * len(args.seeds) * (2 if combined else 1)
     done = 0
     for reranker in args.reranker:
@@ -82,7 +82,8 @@ def main() -> None:
                     argv += ["--split", args.split]
                 for option in [*args.set, *options]:
                     argv += ["--set", option]
-                argv += ["--interpolate", args.interpolate]
+                if args.interpolate:
+                    argv += ["--interpolate", args.interpolate]
                 if args.model:
                     argv += ["--model", args.model]
                 # one call per seed: with --interpolate its table holds the re-ranker alone and interpolated,
@@ -90,7 +91,7 @@ def main() -> None:
                 result = run_pipeline(build_parser().parse_args(argv))
                 evaluations = result.comparison.evaluations
                 baseline = evaluations[0].aggregate
-                rows = ([(plain, evaluations[1]), (f"{plain}+interp", evaluations[2])] if combined
+                rows = ([(plain, evaluations[1]), (f"{plain}+interp", evaluations[2])] if len(evaluations) == 3
                         else [(plain, evaluations[-1])])
                 pvalues = result.comparison.pvalues
                 for name, evaluation in rows:

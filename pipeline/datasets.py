@@ -70,6 +70,9 @@ class Recipe:
     k: int | None = None
     metrics: str | None = None
     train: Mapping[str, Any] = field(default_factory=dict)
+    #: how the re-ranker's scores meet the first stage's by default (``--interpolate``): ``auto`` unless the
+    #: shipped candidate order is no ranking to combine with
+    interpolate: str = "auto"
 
 
 @dataclass
@@ -419,7 +422,13 @@ def _microblog(years: Iterable[str]) -> Callable[[Path], Dataset]:
     return load
 
 
-def _pairs(folder: str, splits: tuple[str, ...], name: str, filtered: tuple[str, ...] = ()) -> Callable[[Path], Dataset]:
+#: TrecQA's candidate files list the correct answers first (MAP .937 in file order): that order leaks the
+#: labels, so it is no first stage to combine with; re-rankers stand alone there and are read as such
+TRECQA_RECIPE = Recipe(metrics="AP RR", interpolate="none")
+
+
+def _pairs(folder: str, splits: tuple[str, ...], name: str, filtered: tuple[str, ...] = (),
+           recipe: Recipe | None = None) -> Callable[[Path], Dataset]:
     """Pair folders as splits; each split named in ``filtered`` also gets ``<split>-filtered``: its questions
     with at least one positive and one negative candidate (the usual WikiQA test set of 237 questions)."""
 
@@ -430,6 +439,8 @@ def _pairs(folder: str, splits: tuple[str, ...], name: str, filtered: tuple[str,
             labels.setdefault(qrel.query_id, set()).add(int(qrel.relevance > 0))
         for split in filtered:
             dataset.splits[f"{split}-filtered"] = [q for q in dataset.splits[split] if labels.get(q) == {0, 1}]
+        if recipe is not None:
+            dataset.recipe = recipe
         return dataset
 
     return load
@@ -594,7 +605,8 @@ BUILTIN_DATASETS: dict[str, Callable[[Path], Dataset]] = {
     "microblog": _microblog(MICROBLOG_YEARS),
     **{f"microblog-{year}": _microblog([year]) for year in MICROBLOG_YEARS},
     "wikiqa": _pairs("wikiqa-castorini", ("train", "dev", "test"), "wikiqa", filtered=("test", "dev")),
-    "trecqa": _pairs("trecqa-hcan", ("train", "raw-dev", "raw-test", "clean-dev", "clean-test"), "trecqa"),
+    "trecqa": _pairs("trecqa-hcan", ("train", "raw-dev", "raw-test", "clean-dev", "clean-test"), "trecqa",
+                     recipe=TRECQA_RECIPE),
     "dl": dl_years,
     "dl19": _dl("2019"),
     "dl20": _dl("2020"),
