@@ -55,7 +55,8 @@ def summary(values: list[float]) -> str:
     """``mean ± sd`` (sample sd) over seeds, or the value and ``(1 seed)`` for one seed."""
     if len(values) == 1:
         return f"{values[0]:.4f} (1 seed)"
-    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+    text = f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+    return text if len(values) == 3 else f"{text} ({len(values)} seeds)"
 
 
 def significance(row: dict, metric: str, first: float) -> str:
@@ -149,10 +150,9 @@ COLLECTIONS = [
 #: TREC DL leave-one-year-out: (label, file pattern with {year}, row name)
 DL_MODELS = [
     ("bi-encoder, zero-shot (MiniLM as packaged)", "dl/{year}-bi-encoder-zero-shot.json", "bi-encoder"),
-    ("bi-encoder, fine-tuned (1 epoch)", "dl/{year}-bi-encoder.json", "bi-encoder"),
-    ("cross-encoder (MiniLM + new head, 2 epochs)", "dl/{year}-cross-encoder.json", "cross-encoder"),
+    ("cross-encoder (MiniLM + new head, 2 epochs x 3,200 pairs)", "dl/{year}-cross-encoder.json", "cross-encoder"),
     ("ADDAX (MiniLM)", "dl/{year}-addax.json", "addax"),
-    ("HCAN", "dl/{year}-hcan.json", "hcan"),
+    ("HCAN (2 epochs x 3,200 pairs)", "dl/{year}-hcan.json", "hcan"),
     ("KNRM", "dl/{year}-knrm-drmm.json", "knrm"),
     ("DRMM", "dl/{year}-knrm-drmm.json", "drmm"),
 ]
