@@ -69,25 +69,58 @@ def retrieve(dataset: Dataset, first_stage: str = "auto", k: int = 1000, queries
     return retriever.search(queries if queries is not None else dataset.queries.values(), k)
 
 
-def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True) -> Run:
+#: pairs per ``score_many`` call in :func:`rerank`: many scoring batches' worth, so that each batch is filled
+#: with pairs of about one length, and few enough that the progress bar moves
+RERANK_CHUNK_PAIRS = 4096
+
+
+def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, batch_size: int | None = None) -> Run:
     """Re-score every query's first-stage candidates with ``reranker`` (``None`` returns ``first`` unchanged).
 
     The result holds exactly the first stage's candidates for each query, with the re-ranker's scores.
+    With ``batch_queries`` and a re-ranker that has ``score_many``, the queries are scored together, in
+    chunks of about :data:`RERANK_CHUNK_PAIRS` pairs, each chunk's pairs batched across its queries (full
+    batches of pairs of about one length instead of one batch per query); otherwise query by query.
+    ``batch_size`` is the scoring batch in pairs (default: the model's ``score_batch_size``); it changes the
+    speed and memory of scoring, not the scores, and is not part of any model.
     """
     if reranker is None:
         return first
+    if batch_size is not None and batch_size < 1:
+        raise PipelineError(f"the scoring batch size must be at least 1, got {batch_size}")
     from tqdm.auto import tqdm
 
     store = dataset.doc_store()
-    result: Run = {}
-    for query_id, hits in tqdm(first.items(), desc=f"re-ranking with {reranker.name}", unit="query"):
+    for query_id, hits in first.items():
         missing = [h.doc_id for h in hits if h.doc_id not in store]
         if missing:
             raise PipelineError(f"query {query_id!r}: first-stage doc {missing[0]!r} is not in {dataset.name!r}")
-        scores = reranker.score(dataset.queries[query_id], [store[h.doc_id] for h in hits])
-        if len(scores) != len(hits):
-            raise PipelineError(f"{reranker.name} returned {len(scores)} scores for {len(hits)} candidates")
-        result[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
+    score_many = getattr(reranker, "score_many", None)
+    if score_many is None and batch_size:
+        log.warning("%s scores query by query; the scoring batch size %d does not apply", reranker.name, batch_size)
+    limit = max(RERANK_CHUNK_PAIRS, 8 * (batch_size or 0)) if batch_queries and score_many is not None else 0
+    chunks: list[list[str]] = [[]]
+    pairs = 0
+    for query_id, hits in first.items():
+        if chunks[-1] and pairs + len(hits) > limit:
+            chunks.append([])
+            pairs = 0
+        chunks[-1].append(query_id)
+        pairs += len(hits)
+    result: Run = {}
+    with tqdm(total=len(first), desc=f"re-ranking with {reranker.name}", unit="query") as bar:
+        for chunk in filter(None, chunks):
+            items = [(dataset.queries[q], [store[h.doc_id] for h in first[q]]) for q in chunk]
+            if score_many is None:
+                scored = [reranker.score(query, docs) for query, docs in items]
+            else:
+                scored = score_many(items) if batch_size is None else score_many(items, batch_size=batch_size)
+            for query_id, scores in zip(chunk, scored):
+                hits = first[query_id]
+                if len(scores) != len(hits):
+                    raise PipelineError(f"{reranker.name} returned {len(scores)} scores for {len(hits)} candidates")
+                result[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
+            bar.update(len(chunk))
     return result
 
 
@@ -154,13 +187,16 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     started = time.perf_counter()
     dataset = load_dataset(args.dataset, args.mirror)
     reranker_cls = reranker_class(args.reranker)
+    int8 = bool(getattr(args, "int8", False))
+    if int8 and not hasattr(reranker_cls, "quantize_int8"):
+        raise PipelineError("--int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
     folds = None
     model_path = getattr(args, "model", None)
     if model_path and reranker_cls is None:
         raise PipelineError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
     # checked before any work is done
     recipe = dataset.recipe
-    interpolation = getattr(args, "interpolate", None) or "auto"
+    interpolation = getattr(args, "interpolate", None) or recipe.interpolate
     interpolation = None if interpolation == "none" or reranker_cls is None else interpolation
     weight = None if interpolation in (None, "auto") else parse_weight(interpolation)
     depth = getattr(args, "rerank_depth", 0) or 0
@@ -202,10 +238,12 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         started = time.perf_counter()
         reranker = obtain_reranker(args.reranker, dataset, args, folds, settings, split)
         timings["train_or_load"] = time.perf_counter() - started
+    if int8:
+        reranker.quantize_int8()  # before any scoring: the dev queries tuning the interpolation see it too
     depth = 0 if depth >= k else depth
     started = time.perf_counter()
     top = head(first, depth)
-    final = rerank(reranker, dataset, top)
+    final = rerank(reranker, dataset, top, batch_size=getattr(args, "batch_size", None))
     timings["rerank"] = time.perf_counter() - started
 
     name = args.name or default_run_name(dataset.name, first_stage, args.reranker, split)
@@ -285,11 +323,18 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--retrain", action="store_true", help="train even when a cached model exists")
     model.add_argument("--model", metavar="CHECKPOINT",
                        help="re-rank with this saved model (e.g. trained on another dataset) instead of training")
-    model.add_argument("--interpolate", metavar="auto|W|none", default="auto",
+    model.add_argument("--interpolate", metavar="auto|W|none",
                        help="final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per "
-                            "query. 'auto' (default) tunes W on the protocol's dev queries (never the test "
+                            "query. 'auto' (default, unless the dataset's recipe says otherwise) tunes W on the protocol's dev queries (never the test "
                             "queries) by the main metric; 'none' keeps the re-ranker's own scores. The "
                             "re-ranker alone is written and evaluated beside the combination (same scores)")
+    scoring = parser.add_argument_group("re-ranker scoring (changes no trained model and no cache key)")
+    scoring.add_argument("--batch-size", type=int, metavar="N",
+                         help="scoring batch in (query, document) pairs, filled across queries (default: the "
+                              "model's score_batch_size)")
+    scoring.add_argument("--int8", action="store_true",
+                         help="score with int8 dynamically quantized linear layers (transformer re-rankers, CPU "
+                              "only; faster, slightly different scores)")
     lucene = parser.add_argument_group("BM25 / RM3")
     lucene.add_argument("--k1", type=float, default=0.9)
     lucene.add_argument("--b", type=float, default=0.4)

@@ -501,15 +501,22 @@ class Trainer:
 
 def rerank_candidates(reranker, data: RankingData, depth: int = 0) -> Run:
     """Score every query's candidates in ``data`` with ``reranker`` (only the top ``depth`` by first-stage
-    score when ``depth`` > 0: a cheaper dev metric on long candidate lists)."""
-    run: Run = {}
+    score when ``depth`` > 0: a cheaper dev metric on long candidate lists). A re-ranker with ``score_many``
+    scores all queries in one call (batches filled across queries); others query by query."""
+    heads = {}
     for query_id in data.queries:
         hits = data.candidates.get(query_id, [])
         if depth > 0:
             hits = sorted(hits, key=lambda h: (-h.score, h.doc_id))[:depth]
-        scores = reranker.score(data.queries[query_id], [data.docs[h.doc_id] for h in hits])
-        run[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
-    return run
+        heads[query_id] = hits
+    items = [(data.queries[q], [data.docs[h.doc_id] for h in hits]) for q, hits in heads.items()]
+    score_many = getattr(reranker, "score_many", None)
+    if score_many is not None:
+        scored = score_many(items)
+    else:
+        scored = [reranker.score(query, docs) for query, docs in items]
+    return {query_id: [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
+            for (query_id, hits), scores in zip(heads.items(), scored)}
 
 
 # ------------------------------------------------------------------------------------- protocols
@@ -655,10 +662,45 @@ class PerQueryReranker:
         self.name = name
         self.models = dict(models)
 
-    def score(self, query: Query, docs: Sequence[Doc]):
+    def _model(self, query: Query):
         if query.query_id not in self.models:
             raise PipelineError(f"no model was trained for query {query.query_id!r}'s fold")
-        return self.models[query.query_id].score(query, docs)
+        return self.models[query.query_id]
+
+    def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None):
+        """Scores of ``docs`` for ``query`` by the model that did not see ``query``."""
+        return self.score_many([(query, docs)], batch_size)[0]
+
+    def score_many(self, items: Sequence[tuple[Query, Sequence[Doc]]],
+                   batch_size: int | None = None) -> list[list[float]]:
+        """Scores of every ``(query, docs)`` item: the items are grouped by the model that did not see their
+        query, and each model scores its group in one ``score_many`` call (batches filled across queries);
+        a model without ``score_many`` scores query by query. Lists come back in the items' order."""
+        groups: dict[int, list[int]] = {}
+        models: dict[int, Any] = {}
+        for position, (query, _) in enumerate(items):
+            model = self._model(query)
+            groups.setdefault(id(model), []).append(position)
+            models[id(model)] = model
+        scores: list[list[float]] = [[] for _ in items]
+        for key, positions in groups.items():
+            model, group = models[key], [items[p] for p in positions]
+            if hasattr(model, "score_many"):
+                scored = model.score_many(group, batch_size)
+            else:
+                scored = [model.score(query, docs) for query, docs in group]
+            for position, values in zip(positions, scored):
+                scores[position] = list(values)
+        return scores
+
+    def quantize_int8(self) -> "PerQueryReranker":
+        """Quantize every fold's model for int8 CPU scoring (see ``TransformerReranker.quantize_int8``); a
+        model that cannot be quantized is a :class:`~pipeline.errors.PipelineError`."""
+        for model in {id(m): m for m in self.models.values()}.values():
+            if not hasattr(model, "quantize_int8"):
+                raise PipelineError(f"{self.name}: int8 scoring is for the transformer re-rankers")
+            model.quantize_int8()
+        return self
 
 
 def model_dir() -> Path:

@@ -68,7 +68,9 @@ Choices where the paper is vague (each is an option where that is cheap):
 * Document cache (not in the paper; it is what makes a two-tower model fast at re-ranking): ``V_D``
   (eq. 2) does not depend on the query, so in evaluation mode without gradients the encoder output of a
   document seen before is reused (an LRU of ``doc_cache_size`` documents, keyed by id and text). Any
-  training-mode forward, ``fit`` and ``load`` clear it.
+  training-mode forward, ``fit`` and ``load`` clear it. ``U_Q`` (eq. 1) likewise does not depend on the
+  document: within one scoring call (``score_many``, whose batches mix queries) each query is encoded once
+  (a cache that every scoring call starts afresh, also bounded by ``doc_cache_size``).
 """
 from __future__ import annotations
 
@@ -366,6 +368,7 @@ class AddaxReranker(TransformerReranker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._doc_states = LRUCache(self.encoder_config.doc_cache_size)
+        self._query_states = LRUCache(self.encoder_config.doc_cache_size)
 
     def build_module(self, encoder):
         prefix = self.special.prefix_length
@@ -373,8 +376,15 @@ class AddaxReranker(TransformerReranker):
                           self.encoder_config.max_doc_length + prefix)
 
     def clear_cache(self) -> None:
-        """Forget every cached document encoding (and apply the current ``doc_cache_size``)."""
+        """Forget every cached document and query encoding (and apply the current ``doc_cache_size``)."""
         self._doc_states = LRUCache(self.encoder_config.doc_cache_size)
+        self._query_states = LRUCache(self.encoder_config.doc_cache_size)
+
+    def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
+        """Tokenize the call's texts, and start its query-encoding cache afresh: within one call, whose
+        batches mix queries (``score_many``), a query is encoded once; the document cache persists."""
+        super().before_scoring(docs, queries)
+        self._query_states = LRUCache(self.encoder_config.doc_cache_size)
 
     @property
     def doc_cache(self) -> LRUCache:
@@ -384,9 +394,10 @@ class AddaxReranker(TransformerReranker):
     def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
         """Unique queries and documents of ``pairs`` as padded ids (``*_attention``: real tokens, specials
         included; ``*_positions``: ``[CLS]`` and the text), ``*_index`` ``[B]`` mapping pairs to them, and
-        ``doc_keys`` (the unique documents' cache keys)."""
+        ``doc_keys``/``query_keys`` (the unique texts' cache keys)."""
         self._require_prepared()
-        query_firsts, query_index = _unique([self.query_key(q) for q, _ in pairs])
+        query_keys_all = [self.query_key(q) for q, _ in pairs]
+        query_firsts, query_index = _unique(query_keys_all)
         doc_keys_all = [self.doc_key(d) for _, d in pairs]
         doc_firsts, doc_index = _unique(doc_keys_all)
         queries = self.query_ids([pairs[i][0] for i in query_firsts])
@@ -402,26 +413,33 @@ class AddaxReranker(TransformerReranker):
             batch[f"{side}_positions"] = torch.arange(ids.shape[1])[None, :] < kept[:, None]
             batch[f"{side}_index"] = torch.tensor(index, dtype=torch.long)
         batch["doc_keys"] = [doc_keys_all[i] for i in doc_firsts]
+        batch["query_keys"] = [query_keys_all[i] for i in query_firsts]
         return batch
 
     def forward(self, batch):
-        """Scores ``[B]``. In evaluation mode without gradients, document states come from the cache and
-        only the uncached documents go through the encoder; a training-mode call clears the cache."""
+        """Scores ``[B]``. In evaluation mode without gradients, document (and, within a scoring call, query)
+        states come from the caches and only the uncached texts go through the encoder; a training-mode
+        call clears the caches."""
         module = self.module
         if module.training:
             self.clear_cache()  # the weights are about to change
         if module.training or torch.is_grad_enabled() or self.encoder_config.doc_cache_size <= 0:
             return module(**self.tensors(batch))
         tensors = self.tensors(batch)
-        query_states = module.context(tensors["query_ids"], tensors["query_attention"])
-        doc_states = self._cached_doc_states(batch["doc_keys"], tensors["doc_ids"], tensors["doc_attention"])
+        query_states = self._cached_states(self._query_states, batch["query_keys"], tensors["query_ids"],
+                                           tensors["query_attention"])
+        doc_states = self._cached_states(self._doc_states, batch["doc_keys"], tensors["doc_ids"],
+                                         tensors["doc_attention"])
         return module.match(query_states, tensors["query_positions"], tensors["query_index"],
                             doc_states, tensors["doc_positions"], tensors["doc_index"])
 
-    def _cached_doc_states(self, keys, ids, attention) -> torch.Tensor:
-        """Encoder states ``[N, L, d]`` of the batch's unique documents, from the cache where present."""
+    def _cached_states(self, cache: LRUCache, keys, ids, attention) -> torch.Tensor:
+        """Encoder states ``[N, L, d]`` of a batch's unique texts (queries or documents), from ``cache``
+        where present. Every state is looked up or computed here, never assumed cached: a bounded cache may
+        have forgotten a text that an earlier batch of the same call encoded (a document under several
+        queries whose pairs fall in different batches)."""
         lengths = attention.sum(dim=1).tolist()
-        states = [self._doc_states.get(key) for key in keys]
+        states = [cache.get(key) for key in keys]
         missing = [i for i, state in enumerate(states) if state is None]
         if missing:
             rows = torch.tensor(missing, device=ids.device)
@@ -429,7 +447,7 @@ class AddaxReranker(TransformerReranker):
             fresh = self.module.context(ids[rows, :width], attention[rows, :width])
             for row, i in enumerate(missing):
                 states[i] = fresh[row, : lengths[i]].clone()
-                self._doc_states.put(keys[i], states[i])
+                cache.put(keys[i], states[i])
         return pad_sequence(states, batch_first=True)
 
     def auxiliary_loss(self, units: int):

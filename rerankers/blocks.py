@@ -595,11 +595,21 @@ class MaskedConv1d(nn.Module):
 
 
 class MaskedBiLSTM(nn.Module):
-    """Bidirectional LSTM over packed sequences, so padding never reaches real positions.
+    """Bidirectional LSTM whose padding never reaches real positions.
 
     The backward direction of a plain LSTM would start in the padding and carry
     it into every real position; packing with the true lengths avoids that,
     and makes the final states those of the last real token.
+
+    Without gradients (scoring), a one-layer LSTM skips packing and computes the
+    same thing on the padded batch: the forward direction reads position t
+    after positions < t only, so right padding changes no real position; the
+    backward direction runs forwards over each row reversed within its length
+    (its padding stays at the end) and is reversed back. The CPU then runs each
+    direction as one fused (oneDNN) kernel, where packed rows of mixed lengths
+    fall back to one small matrix product per time step, and no sort or packing
+    copies are made; a batch without padding runs the module as it is.
+    Training keeps the packed path.
     """
 
     def __init__(
@@ -631,7 +641,8 @@ class MaskedBiLSTM(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """
         Args:
-            x: ``[B, L, D]``.
+            x: ``[B, L, D]`` (a transposed view of a time-major ``[L, B, D]``
+                tensor is read without a copy).
             mask: ``[B, L]`` bool; real tokens must form a prefix of each row.
 
         Returns:
@@ -640,8 +651,14 @@ class MaskedBiLSTM(nn.Module):
             backward state after the first token]`` of the top layer. Rows with
             no real token get zeros in both.
         """
-        batch, max_len, _ = x.shape
         lengths = lengths_from_mask(mask)
+        if x.shape[0] and x.shape[1] and self.lstm.num_layers == 1 and not torch.is_grad_enabled():
+            return self._unpacked(x, mask, lengths)
+        return self._packed(x, mask, lengths)
+
+    def _packed(self, x: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor):
+        """:meth:`forward` over packed sequences (training, stacked layers)."""
+        max_len = x.shape[1]
         empty = lengths == 0
         # pack_padded_sequence rejects length 0; run those rows on one (zero)
         # step and blank their results afterwards.
@@ -658,6 +675,38 @@ class MaskedBiLSTM(nn.Module):
         outputs = masked_fill_padding(outputs, mask)
         last = last.masked_fill(empty.unsqueeze(-1), 0.0)
         return outputs, last
+
+    def _direction(self, x: torch.Tensor, suffix: str) -> torch.Tensor:
+        """Outputs ``[B, L, H]`` of one direction's weights (``suffix`` ``""`` or ``"_reverse"``) run
+        forwards over ``x`` ``[B, L, D]`` from a zero state."""
+        from torch import _VF
+
+        lstm = self.lstm
+        weights = [getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        zeros = x.new_zeros(1, x.shape[0], self.hidden_size)
+        # the call nn.LSTM itself makes, for one layer and one direction
+        return _VF.lstm(x, (zeros, zeros), weights, True, 1, 0.0, False, False, True)[0]
+
+    def _unpacked(self, x: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor):
+        """:meth:`forward` without packing, for one layer without gradients (see the class docstring)."""
+        batch, max_len, dim = x.shape
+        if bool((lengths == max_len).all()):
+            outputs, (h_n, _) = self.lstm(x)   # no padding: exactly the packed computation
+            return outputs, torch.cat([h_n[-2], h_n[-1]], dim=-1)
+        positions = torch.arange(max_len, device=x.device)[None, :]
+        ends = lengths[:, None]
+        # row b reversed within its length; padding positions map to themselves (and stay at the end)
+        order = torch.where(positions < ends, ends - 1 - positions, positions)
+        forward = self._direction(x, "")
+        # gathered time-major, so the LSTM reads the reversed rows without another copy
+        flipped = x.transpose(0, 1).gather(0, order.t()[:, :, None].expand(max_len, batch, dim)).transpose(0, 1)
+        backward = self._direction(flipped, "_reverse")
+        backward = backward.gather(1, order[:, :, None].expand(batch, max_len, self.hidden_size))
+        outputs = masked_fill_padding(torch.cat([forward, backward], dim=-1), mask)
+        rows = torch.arange(batch, device=x.device)
+        # forward: the state after the last real token; backward: after the first token (position 0)
+        last = torch.cat([forward[rows, (lengths - 1).clamp_min(0)], backward[:, 0]], dim=-1)
+        return outputs, last.masked_fill((lengths == 0).unsqueeze(-1), 0.0)
 
 
 def feed_forward(

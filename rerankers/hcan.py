@@ -387,16 +387,37 @@ class SemanticMatching(nn.Module):
         scores = self.attention(u_q, u_c)
         q_aware_c, c_summary = bidaf_coattention(scores, u_q, u_c, q_mask, d_mask)
         c_summary = c_summary.unsqueeze(1)  # REP over the m context positions by broadcasting
-        enhanced = torch.cat(
-            [u_c, q_aware_c, u_c * q_aware_c, c_summary * q_aware_c], dim=-1
-        )
-        enhanced = masked_fill_padding(self.dropout(enhanced), d_mask)
+        if self.training or torch.is_grad_enabled():
+            enhanced = torch.cat(
+                [u_c, q_aware_c, u_c * q_aware_c, c_summary * q_aware_c], dim=-1
+            )
+            enhanced = masked_fill_padding(self.dropout(enhanced), d_mask)
+        else:
+            enhanced = _enhanced_for_scoring(u_c, q_aware_c, c_summary)
         outputs, last = self.lstm(enhanced, d_mask)
         if self.pooling == "last":
             return last
         return torch.cat(
             [masked_max(outputs, d_mask, dim=1), masked_mean(outputs, d_mask, dim=1)], dim=-1
         )
+
+
+def _enhanced_for_scoring(u_c: torch.Tensor, q_aware_c: torch.Tensor, c_summary: torch.Tensor) -> torch.Tensor:
+    """``H = [U_c; U~_q; U_c * U~_q; U~_c * U~_q]`` ``[B, m, 4F]`` for scoring (eval, no gradients).
+
+    The same values as the training path's concatenation, written once into a time-major buffer (the
+    returned tensor is its ``[B, m, 4F]`` view), which the LSTM reads without a transposing copy; at ``B``
+    pairs of 64 tokens and F = 256 each copy of H is 64 MB per 256 pairs. Padding positions are left as
+    computed, not zeroed: :class:`~rerankers.blocks.MaskedBiLSTM` never lets them reach a real position
+    (dropout, the only other step between, is the identity in eval mode).
+    """
+    batch, length, width = u_c.shape
+    enhanced = u_c.new_empty(length, batch, 4 * width).transpose(0, 1)
+    enhanced[..., :width] = u_c
+    enhanced[..., width : 2 * width] = q_aware_c
+    torch.mul(u_c, q_aware_c, out=enhanced[..., 2 * width : 3 * width])
+    torch.mul(c_summary, q_aware_c, out=enhanced[..., 3 * width :])
+    return enhanced
 
 
 # --------------------------------------------------------------------------
@@ -518,10 +539,8 @@ class HCANModel(nn.Module):
                 raise ValueError(f"query_idf must have shape {expected}, got {got}")
         query_ids, query_mask, query_idf = self._fit_query_length(query_ids, query_mask, query_idf)
 
-        q_levels = [self._embed(query_ids, query_mask)]
-        d_levels = [self._embed(doc_ids, doc_mask)]
-        q_levels += self.encoder(q_levels[0], query_mask)
-        d_levels += self.encoder(d_levels[0], doc_mask)
+        q_levels = self._levels(query_ids, query_mask)
+        d_levels = self._levels(doc_ids, doc_mask)
 
         features = []
         if self.use_rm:
@@ -541,6 +560,22 @@ class HCANModel(nn.Module):
 
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return masked_fill_padding(self.embedding_dropout(self.embedding(ids)), mask)
+
+    def _levels(self, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """The N+1 levels (embeddings, then each encoder layer) of texts ``ids`` ``[B, L]``.
+
+        In eval mode each distinct row is encoded once and shared by the pairs that hold it: a query
+        repeated over its candidates, a document under several queries when batches mix queries (its pairs
+        sit together in length-sorted scoring batches). The embedding and the encoders see one text at a
+        time, so sharing changes no value; in training each pair keeps its own dropout.
+        """
+        if not self.training and ids.shape[0] > 1:
+            width = ids.shape[1]
+            rows, inverse = torch.unique(torch.cat([ids, mask.long()], dim=1), dim=0, return_inverse=True)
+            if rows.shape[0] < ids.shape[0]:
+                return [level[inverse] for level in self._levels(rows[:, :width], rows[:, width:].bool())]
+        levels = [self._embed(ids, mask)]
+        return levels + self.encoder(levels[0], mask)
 
 
 # --------------------------------------------------------------------------

@@ -48,7 +48,7 @@ class TorchReranker:
     config dataclasses, and batched, length-sorted scoring without gradients.
 
     A subclass provides ``option_configs()``, ``pair_length``, ``encode``, ``forward`` and ``module``
-    (and may override ``before_scoring`` to prepare a query's documents in one go).
+    (and may override ``before_scoring`` to prepare a scoring call's documents and queries in one go).
     """
 
     name: ClassVar[str] = "torch"
@@ -76,33 +76,53 @@ class TorchReranker:
         apply_overrides(reranker.option_configs(), options)
         return reranker
 
-    def before_scoring(self, docs: Sequence[Doc]) -> None:
-        """Hook run once per :meth:`score` call before batching (default: nothing)."""
+    def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
+        """Hook run once per scoring call (:meth:`score` or :meth:`score_many`) before batching, with the
+        call's distinct documents and queries, so a subclass can prepare them in one go (default: nothing).
+        It may cache what it prepares but must not rely on finding it again: a bounded cache can forget."""
 
-    def score(self, query: Query, docs: Sequence[Doc]) -> list[float]:
-        """Scores of ``docs`` for ``query`` (eval mode, no gradients, batches of ``score_batch_size``)."""
+    def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:
+        """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`."""
+        return self.score_many([(query, docs)], batch_size)[0]
+
+    def score_many(self, items: Sequence[tuple[Query, Sequence[Doc]]],
+                   batch_size: int | None = None) -> list[list[float]]:
+        """Scores of every ``(query, docs)`` item, each list in its docs' order (eval mode, no gradients).
+
+        All (query, doc) pairs of all items are sorted by ``pair_length`` (then document id, so that the
+        pairs of a document shared by several queries sit together, where a model that caches per document
+        reuses its work at once) and scored in batches of ``batch_size`` pairs (default: the model's
+        ``score_batch_size``) filled across queries: a batch pads only to pairs of about its own length, and
+        short candidate lists no longer make small batches. Padding is masked, so a pair's score does not
+        depend on the batch it lands in (up to float rounding).
+        """
         import torch
 
         if self.module is None:
             raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
-        if not docs:
-            return []
+        items = [(query, list(docs)) for query, docs in items]
+        scores = [[0.0] * len(docs) for _, docs in items]
+        pairs = [(item, index) for item, (_, docs) in enumerate(items) for index in range(len(docs))]
+        if not pairs:
+            return scores
         if not self._threads_set:
             from pipeline.training import set_threads
 
             set_threads()
             self._threads_set = True
         self.module.eval()
-        self.before_scoring(docs)
-        size = max(1, self.train_config.score_batch_size)
-        order = sorted(range(len(docs)), key=lambda i: self.pair_length(query, docs[i]))
-        scores = [0.0] * len(docs)
+        self.before_scoring(list(dict.fromkeys(doc for _, docs in items for doc in docs)),
+                            list(dict.fromkeys(query for query, _ in items)))
+        size = max(1, batch_size or self.train_config.score_batch_size)
+        keys = [(self.pair_length(items[i][0], items[i][1][j]), items[i][1][j].doc_id) for i, j in pairs]
+        order = sorted(range(len(pairs)), key=keys.__getitem__)
         with torch.inference_mode():
             for start in range(0, len(order), size):
-                chunk = order[start : start + size]
-                values = self.forward(self.encode([(query, docs[i]) for i in chunk])).float().cpu().tolist()
-                for index, value in zip(chunk, values):
-                    scores[index] = value
+                chunk = [pairs[p] for p in order[start : start + size]]
+                batch = self.encode([(items[i][0], items[i][1][j]) for i, j in chunk])
+                values = self.forward(batch).float().cpu().tolist()
+                for (i, j), value in zip(chunk, values):
+                    scores[i][j] = value
         return scores
 
 

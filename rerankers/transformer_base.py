@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import platform
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,8 @@ class TransformerReranker(TorchReranker):
         self._query_tokens = LRUCache(8192)
         self._doc_tokens = LRUCache(131072)
         self._threads_set = False
+        #: True once :meth:`quantize_int8` replaced the module by its int8 form (scoring only)
+        self.quantized = False
 
     # -- construction ------------------------------------------------------------------------------
     def option_configs(self) -> list:
@@ -346,15 +349,54 @@ class TransformerReranker(TorchReranker):
         """Forget cached encoder outputs (after the weights change). Token caches stay valid."""
 
     # -- protocol ----------------------------------------------------------------------------------
-    def before_scoring(self, docs: Sequence[Doc]) -> None:
-        """Tokenize the query's uncached documents in one tokenizer call."""
+    def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
+        """Tokenize the scoring call's uncached documents in one tokenizer call, and its queries in another."""
         self.doc_ids(docs)
+        self.query_ids(queries)
+
+    def quantize_int8(self) -> "TransformerReranker":
+        """Quantize the module for CPU scoring: every ``nn.Linear`` (the encoder's attention and
+        feed-forward layers, the heads) becomes a dynamically quantized int8 layer
+        (``torch.ao.quantization.quantize_dynamic``: int8 weights, each layer's input quantized at run time
+        with one scale per batch). Embeddings, layer norms and attention products stay float.
+
+        Scores change a little (BENCHMARKS.md, "Scoring speed", measures what it costs), and since the
+        input scale is the batch's, a pair's int8 score also depends a little on the batch it is scored in
+        (float scores do not). The model can then only score: :meth:`fit` and :meth:`save` refuse.
+        Quantized kernels exist for the CPU only, so a module on another device is an error. Idempotent;
+        returns the re-ranker."""
+        import torch
+        from torch.ao.quantization import quantize_dynamic
+
+        self._require_prepared()
+        if self.quantized:
+            return self
+        device = self._device()
+        if device.type != "cpu" or (self.device is not None and torch.device(self.device).type != "cpu"):
+            raise PipelineError(f"{self.name}: int8 scoring runs on the CPU only, and the model is on "
+                                f"{self.device or device}; score without int8 there")
+        self.module.eval()
+        with warnings.catch_warnings():
+            # torch 2.13 (the pinned version) warns that eager quantization is to move to torchao, a package
+            # this project does not install; the API works in the pinned version, so the warnings are noise
+            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=UserWarning)
+            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=DeprecationWarning)
+            self.module = quantize_dynamic(self.module, {torch.nn.Linear}, dtype=torch.qint8)
+        self.quantized = True
+        self.clear_cache()  # cached encoder outputs came from the float weights
+        return self
+
+    def _require_float(self, action: str) -> None:
+        if self.quantized:
+            raise PipelineError(f"{self.name}: cannot {action} an int8-quantized model (it is for scoring "
+                                f"only); use the float model")
 
     def fit(self, train, dev=None, state_path=None):
         """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first.
         ``state_path``: where the per-epoch training state is kept so that an interrupted fit resumes."""
         if self.module is None:
             raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
+        self._require_float("train")
         self.clear_cache()
         try:
             return AuxiliaryLossTrainer(self, self.train_config, self.seed).fit(train, dev, state_path)
@@ -371,6 +413,7 @@ class TransformerReranker(TorchReranker):
 
         if self.module is None:
             raise PipelineError(f"{self.name}: nothing to save (not prepared)")
+        self._require_float("save")
         payload = {
             "format": CHECKPOINT_FORMAT,
             "kind": CHECKPOINT_KIND,

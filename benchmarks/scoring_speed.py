@@ -1,0 +1,293 @@
+"""Scoring speed: one batch per query against batches filled across queries (``score_many``), HCAN on
+Cranfield before and after its scoring fixes, and fp32 against int8 for the cross-encoder.
+
+    python benchmarks/scoring_speed.py [--wikiqa-threads 1 2] [--hcan-threads 2 1] [--hcan-queries 20] \
+        [--int8-pairs 1000] [--output benchmarks/results/scoring_speed.md]
+
+Everything runs in one process and every comparison alternates its two sides over blocks of queries, so
+that both sides see the same load: on a shared machine only the ratios are meaningful; the seconds say how
+loaded it was (the report prints the load average). Weights are untrained everywhere (speed does not
+depend on them): the models are prepared (encoder loaded, or vocabulary, IDF and GloVe embeddings built),
+not fitted.
+
+1. WikiQA ``test`` (243 questions, all their shipped candidates): the cross-encoder and ADDAX on the
+   packaged MiniLM, :func:`pipeline.run.rerank` query by query (``batch_queries=False``: one ``score`` call
+   and at most one batch per question, what ``rerank`` did before) against across queries (``score_many``
+   over chunks of queries, batches of ``score_batch_size`` = 64 pairs). ADDAX's document cache is emptied
+   before each measured block, so both sides encode every candidate once. For each ``--wikiqa-threads``.
+2. HCAN (deep encoder, full matching, F = 256, documents cut to 64 tokens) prepared on Cranfield, re-ranking
+   the BM25 top 100 of the first ``--hcan-queries`` queries, for each ``--hcan-threads``: the code before this
+   change (packed LSTMs in every semantic-matching layer, the concatenated LSTM input copied before packing,
+   every pair's query and document encoded anew; reproduced here by swapping those three methods back),
+   query by query, against the code now, query by query and across queries at the default scoring batch
+   (256 pairs) and at 1,024 pairs (``--batch-size 1024``).
+3. int8: the cross-encoder on the first ``--int8-pairs`` BM25 pairs of TREC DL 2019 (queries by id, each
+   one's top 100), one thread, ``score_many`` with float32 weights against the same model after
+   :meth:`~rerankers.transformer_base.TransformerReranker.quantize_int8`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from pipeline.atomic import write_text  # noqa: E402
+from pipeline.datasets import load_dataset  # noqa: E402
+from pipeline.run import rerank, retrieve  # noqa: E402
+from pipeline.training import RankingData  # noqa: E402
+from rerankers import reranker_class  # noqa: E402
+
+WIKIQA_GOAL = 3.0          # transformer scoring on WikiQA test, across queries / query by query
+HCAN_GOAL_SECONDS = 0.2    # HCAN seconds per Cranfield query (top 100), 2 threads
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads, for this process and for the re-rankers' own ``set_threads``."""
+    os.environ["PIPELINE_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
+def blocks(items: list, size: int) -> list[list]:
+    """``items`` in consecutive blocks of ``size``."""
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def alternate(sides: dict, parts: list, before_each=None) -> tuple[dict, dict]:
+    """Run every side on every part, sides alternating within each part; ``(seconds, results)`` per side
+    (seconds summed over the parts, results concatenated)."""
+    seconds = dict.fromkeys(sides, 0.0)
+    results: dict = {name: [] for name in sides}
+    for part in parts:
+        for name, function in sides.items():
+            if before_each is not None:
+                before_each()
+            started = time.perf_counter()
+            results[name].append(function(part))
+            seconds[name] += time.perf_counter() - started
+    return seconds, results
+
+
+def largest_difference(first, second) -> float:
+    """The largest absolute difference between two lists of score lists."""
+    return max((abs(a - b) for xs, ys in zip(first, second) for a, b in zip(xs, ys)), default=0.0)
+
+
+# ------------------------------------------------------------------------------------------ WikiQA
+
+
+def wikiqa_rows(threads: int) -> list[dict]:
+    """Per-query against across-query re-ranking of WikiQA test with the cross-encoder and ADDAX."""
+    set_threads(threads)
+    dataset = load_dataset("wikiqa")
+    query_ids = sorted(q for q in dataset.splits["test"] if dataset.first_stage.get(q))
+    first = {q: dataset.first_stage[q] for q in query_ids}
+    pairs = sum(len(hits) for hits in first.values())
+    parts = [{q: first[q] for q in block} for block in blocks(query_ids, 61)]   # 4 blocks of the 243
+    rows = []
+    for name in ("cross-encoder", "addax"):
+        reranker = reranker_class(name).from_options({}, seed=1)
+        reranker.prepare()
+        rerank(reranker, dataset, dict(list(first.items())[:2]))                  # warm-up
+        sides = {"query by query": lambda part: rerank(reranker, dataset, part, batch_queries=False),
+                 "across queries": lambda part: rerank(reranker, dataset, part)}
+        seconds, results = alternate(sides, parts, before_each=reranker.clear_cache)
+        scores = {side: [[h.score for h in hits] for run in runs for hits in run.values()]
+                  for side, runs in results.items()}
+        rows.append({"model": name, "threads": threads, "queries": len(query_ids), "pairs": pairs,
+                     "per_query_s": seconds["query by query"], "across_s": seconds["across queries"],
+                     "batch": reranker.train_config.score_batch_size,
+                     "drift": largest_difference(scores["query by query"], scores["across queries"])})
+        del reranker
+    return rows
+
+
+# -------------------------------------------------------------------------------------------- HCAN
+
+
+@contextlib.contextmanager
+def hcan_code_before_this_change():
+    """HCAN's scoring as it was before cross-query batching: the three methods this change touched, put
+    back as they were (``MaskedBiLSTM.forward`` always packed, ``SemanticMatching.forward`` concatenating
+    and masking the LSTM input, ``HCANModel._levels`` encoding every pair's texts)."""
+    from rerankers import blocks as b
+    from rerankers import hcan as h
+
+    def lstm_forward(self, x, mask):
+        return self._packed(x, mask, b.lengths_from_mask(mask))
+
+    def semantic_forward(self, u_q, u_c, q_mask, d_mask):
+        scores = self.attention(u_q, u_c)
+        q_aware_c, c_summary = b.bidaf_coattention(scores, u_q, u_c, q_mask, d_mask)
+        c_summary = c_summary.unsqueeze(1)
+        enhanced = torch.cat([u_c, q_aware_c, u_c * q_aware_c, c_summary * q_aware_c], dim=-1)
+        enhanced = b.masked_fill_padding(self.dropout(enhanced), d_mask)
+        outputs, last = self.lstm(enhanced, d_mask)
+        if self.pooling == "last":
+            return last
+        return torch.cat([b.masked_max(outputs, d_mask, dim=1), b.masked_mean(outputs, d_mask, dim=1)], dim=-1)
+
+    def levels(self, ids, mask):
+        first = [self._embed(ids, mask)]
+        return first + self.encoder(first[0], mask)
+
+    saved = (b.MaskedBiLSTM.forward, h.SemanticMatching.forward, h.HCANModel._levels)
+    b.MaskedBiLSTM.forward, h.SemanticMatching.forward, h.HCANModel._levels = lstm_forward, semantic_forward, levels
+    try:
+        yield
+    finally:
+        b.MaskedBiLSTM.forward, h.SemanticMatching.forward, h.HCANModel._levels = saved
+
+
+def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
+    """HCAN on Cranfield's BM25 top 100: the code before against the code now (seconds per query)."""
+    set_threads(threads)
+    dataset = load_dataset("cranfield")
+    first = retrieve(dataset, "bm25", k=100)
+    query_ids = list(first)[:queries]
+    store = dataset.doc_store()
+    work = [(dataset.queries[q], [store[h.doc_id] for h in first[q]]) for q in query_ids]
+    reranker = reranker_class("hcan").from_options({}, seed=1)
+    reranker.prepare(RankingData.from_dataset(dataset, list(dataset.queries)[:20], first), dataset)
+    reranker.score(*work[-1])                                                      # warm-up
+
+    def before(part):
+        with hcan_code_before_this_change():
+            return [reranker.score(query, docs) for query, docs in part]
+
+    sides = {
+        "before, query by query": before,
+        "now, query by query": lambda part: [reranker.score(query, docs) for query, docs in part],
+        "now, across queries (batch 256)": lambda part: reranker.score_many(part),
+        "now, across queries (batch 1,024)": lambda part: reranker.score_many(part, batch_size=1024),
+    }
+    seconds, results = alternate(sides, blocks(work, 10))
+    flat = {side: [scores for part in parts for scores in part] for side, parts in results.items()}
+    reference = flat["before, query by query"]
+    rows = [{"run": side, "s_per_query": seconds[side] / len(work),
+             "speedup": seconds["before, query by query"] / seconds[side],
+             "drift": largest_difference(reference, flat[side])} for side in sides]
+    lengths = [reranker.pair_length(q, d) for q, docs in work for d in docs]
+    info = {"queries": len(work), "pairs": len(lengths), "threads": threads,
+            "full_length": sum(n == reranker.text_config.max_doc_length for n in lengths) / len(lengths),
+            "distinct_docs": len({d.doc_id for _, docs in work for d in docs})}
+    return rows, info
+
+
+# -------------------------------------------------------------------------------------------- int8
+
+
+def int8_row(pairs: int) -> dict:
+    """fp32 against int8 cross-encoder scoring of ``pairs`` DL19 BM25 pairs, one thread."""
+    set_threads(1)
+    dataset = load_dataset("dl19")
+    store = dataset.doc_store()
+    work, total = [], 0
+    for query_id in sorted(dataset.first_stage):
+        hits = sorted(dataset.first_stage[query_id], key=lambda h: (-h.score, h.doc_id))[: pairs - total]
+        work.append((dataset.queries[query_id], [store[h.doc_id] for h in hits]))
+        total += len(hits)
+        if total >= pairs:
+            break
+    reranker = reranker_class("cross-encoder").from_options({}, seed=1)
+    reranker.prepare()
+    quantized = reranker_class("cross-encoder").from_options({}, seed=1)
+    quantized.prepare()                   # the same seed: the same weights before quantization
+    quantized.quantize_int8()
+    for model in (reranker, quantized):
+        model.score_many(work[:1])                                                 # warm-up
+    sides = {"fp32": reranker.score_many, "int8": quantized.score_many}
+    seconds, results = alternate(sides, blocks(work, max(1, len(work) // 2)))
+    fp32 = [s for part in results["fp32"] for s in part]
+    int8 = [s for part in results["int8"] for s in part]
+    flat32 = torch.tensor([x for scores in fp32 for x in scores])
+    flat8 = torch.tensor([x for scores in int8 for x in scores])
+
+    def ranks(values):
+        return values.argsort().argsort().double()
+
+    correlations = []
+    for a, b in zip(fp32, int8):
+        ra, rb = ranks(torch.tensor(a)), ranks(torch.tensor(b))
+        correlations.append(float(((ra - ra.mean()) * (rb - rb.mean())).sum() / (ra.std() * rb.std() * (len(ra) - 1))))
+    return {"pairs": total, "queries": len(work), "fp32_s": seconds["fp32"], "int8_s": seconds["int8"],
+            "spearman": sum(correlations) / len(correlations), "max_diff": float((flat32 - flat8).abs().max()),
+            "spread": float(flat32.std())}
+
+
+# -------------------------------------------------------------------------------------------- main
+
+
+def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, load: tuple) -> str:
+    """The Markdown report of the three comparisons."""
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+    lines = [f"# Scoring speed ({time.strftime('%Y-%m-%d')}, {machine}; load average at the start "
+             f"{load[0]:.1f}, at the end {load[1]:.1f})", "",
+             "One process; the two sides of each comparison alternate over blocks of queries. Untrained "
+             "weights (speed does not depend on them). Seconds depend on the machine's load; ratios compare "
+             "runs under the same load.", "",
+             "## Transformers on WikiQA test: query by query vs across queries", "",
+             "| model | threads | queries / pairs | query by query (s) | across queries (s) | speed-up | "
+             "largest score difference |", "|---|---|---|---|---|---|---|"]
+    for row in wikiqa:
+        lines.append(f"| {row['model']} | {row['threads']} | {row['queries']} / {row['pairs']} | "
+                     f"{row['per_query_s']:.1f} | {row['across_s']:.1f} | "
+                     f"**{row['per_query_s'] / row['across_s']:.2f}x** | {row['drift']:.1e} |")
+    lines += ["", f"Goal: >= {WIKIQA_GOAL:.0f}x (batches of {wikiqa[0]['batch']} pairs across queries).", ""]
+    for rows, info in hcan:
+        lines += [f"## HCAN on Cranfield BM25 top 100 ({info['queries']} queries, {info['pairs']} pairs, "
+                  f"{info['distinct_docs']} distinct documents, {info['full_length']:.0%} of the pairs' documents "
+                  f"at the 64-token cap; {info['threads']} thread{'s' if info['threads'] != 1 else ''})", "",
+                  "| run | seconds per query | speed-up | largest score difference |", "|---|---|---|---|"]
+        for row in rows:
+            lines.append(f"| {row['run']} | {row['s_per_query']:.3f} | {row['speedup']:.2f}x | {row['drift']:.1e} |")
+        best = min(row["s_per_query"] for row in rows)
+        goal = (f"Goal: < {HCAN_GOAL_SECONDS} s per query with 2 threads: best {best:.3f} s "
+                f"({'met' if best < HCAN_GOAL_SECONDS else 'NOT met'})." if info["threads"] == 2 else
+                f"(The goal is for 2 threads; best here {best:.3f} s.)")
+        lines += ["", goal, ""]
+    lines += [f"## int8 cross-encoder on TREC DL 2019 BM25 pairs (1 thread, {int8['pairs']} pairs, "
+              f"{int8['queries']} queries, across queries)", "",
+              "| weights | seconds | pairs/s |", "|---|---|---|",
+              f"| fp32 | {int8['fp32_s']:.1f} | {int8['pairs'] / int8['fp32_s']:.1f} |",
+              f"| int8 (dynamic, nn.Linear) | {int8['int8_s']:.1f} | {int8['pairs'] / int8['int8_s']:.1f} |", "",
+              f"int8 / fp32 speed-up **{int8['fp32_s'] / int8['int8_s']:.2f}x**. With these untrained weights "
+              f"the scores hardly differ between documents (standard deviation {int8['spread']:.3f}; largest "
+              f"int8 change {int8['max_diff']:.3f}; per-query Spearman correlation of the two rankings "
+              f"{int8['spearman']:.3f}), so this says nothing about effectiveness: see BENCHMARKS.md for MAP "
+              f"with trained models."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hcan-threads", type=int, nargs="+", default=[2],
+                        help="thread counts for HCAN (default 2)")
+    parser.add_argument("--wikiqa-threads", type=int, nargs="+", default=[2],
+                        help="thread counts for the WikiQA comparison (default 2)")
+    parser.add_argument("--hcan-queries", type=int, default=20, help="Cranfield queries for HCAN (default 20)")
+    parser.add_argument("--int8-pairs", type=int, default=1000, help="DL19 pairs for int8 (default 1000)")
+    parser.add_argument("--output", help="also write the Markdown report here")
+    args = parser.parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    warnings.filterwarnings("ignore", category=UserWarning)
+    start_load = os.getloadavg()[0]
+    wikiqa = [row for threads in args.wikiqa_threads for row in wikiqa_rows(threads)]
+    hcan = [hcan_rows(threads, args.hcan_queries) for threads in args.hcan_threads]
+    int8 = int8_row(args.int8_pairs)
+    text = report(wikiqa, hcan, int8, (start_load, os.getloadavg()[0]))
+    print(text)
+    if args.output:
+        write_text(args.output, text + "\n")
+
+
+if __name__ == "__main__":
+    main()

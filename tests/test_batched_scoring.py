@@ -1,0 +1,298 @@
+"""Scoring many queries at once (``score_many``): the same scores as query-by-query scoring for every
+re-ranker that can be built small, k-fold dispatch, ADDAX's caches with a document under two queries,
+``pipeline.run.rerank`` and the dev metric's ``rerank_candidates``, the unpacked LSTM used for scoring, the
+``--batch-size``/``--int8`` options and int8 scoring.
+
+Word-level models are prepared (not trained) on a small synthetic collection whose queries, candidate lists
+and documents all have different lengths, so that batches mixing queries are padded; transformer models
+run on the tiny random BERT of ``test_addax``; the int8 rank test uses the packaged MiniLM.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from pipeline.datasets import Dataset
+from pipeline.errors import PipelineError
+from pipeline.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.training import PerQueryReranker, RankingData, rerank_candidates
+from rerankers import available, reranker_class
+from rerankers.blocks import MaskedBiLSTM
+from tests.helpers import one_torch_thread  # noqa: F401  (autouse fixture)
+from tests.test_addax import WORDS, make_tiny_encoder
+
+TRANSFORMERS = {"cross-encoder", "bi-encoder", "addax", "addax-no-mags", "addax-no-hw", "addax-no-hd",
+                "addax-att-mags"}
+WORD_MODELS = sorted(set(available()) - TRANSFORMERS - {"none"})
+#: per-query and cross-query scores may differ by float rounding only
+TOLERANCE = 1e-5
+
+
+def varied_dataset(seed: int = 0) -> Dataset:
+    """Seven queries of 1-5 words with 0-9 candidates of 1-24 words each; document ``shared`` is a candidate
+    of the first three queries (and of the first query twice, under the same id)."""
+    rng = random.Random(seed)
+    queries, docs, qrels, run = {}, {"shared": Doc("shared", " ".join(WORDS[:7]))}, [], {}
+    for number in range(7):
+        qid = f"q{number}"
+        queries[qid] = Query(qid, " ".join(rng.sample(WORDS, rng.randint(1, 5))))
+        ids = [f"{qid}-d{i}" for i in range(0 if number == 6 else rng.randint(2, 9))]
+        for doc_id in ids:
+            docs[doc_id] = Doc(doc_id, " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 24))))
+        if number < 3:
+            ids.insert(rng.randrange(len(ids) + 1), "shared")
+        if number == 0:
+            ids.append("shared")
+        run[qid] = [ScoredDoc(qid, doc_id, -float(rank)) for rank, doc_id in enumerate(ids)]
+        qrels += [Qrel(qid, doc_id, int(rank == 0)) for rank, doc_id in enumerate(ids)]
+    return Dataset("varied", queries, qrels, lambda: docs.values(), "varied", {"train": list(queries)}, run,
+                   _store=docs)
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return varied_dataset()
+
+
+@pytest.fixture(scope="module")
+def items(dataset):
+    store = dataset.doc_store()
+    return [(dataset.queries[q], [store[h.doc_id] for h in hits]) for q, hits in dataset.first_stage.items()]
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> str:
+    return make_tiny_encoder(tmp_path_factory.mktemp("tinybert"))
+
+
+def word_model(name: str, dataset: Dataset, seed: int = 1):
+    reranker = reranker_class(name).from_options({"embeddings": "random", "embedding_dim": 16}, seed=seed)
+    reranker.prepare(RankingData.from_dataset(dataset, list(dataset.queries), dataset.first_stage), dataset)
+    return reranker
+
+
+def transformer_model(name: str, encoder: str, seed: int = 1, **options):
+    settings = {"encoder": encoder, "max_query_length": 8, "max_doc_length": 16, **options}
+    if name.startswith("addax"):
+        settings.update(hidden_dim=8, hash_hidden=8)
+    reranker = reranker_class(name).from_options(settings, seed=seed)
+    reranker.prepare()
+    return reranker
+
+
+def assert_same_scores(expected, got):
+    assert [len(scores) for scores in got] == [len(scores) for scores in expected]
+    for want, have in zip(expected, got):
+        if want:
+            torch.testing.assert_close(torch.tensor(have), torch.tensor(want), atol=TOLERANCE, rtol=0)
+
+
+def check_cross_query_batching(reranker, items):
+    """``score_many`` (small batches that mix queries, and the default batch) gives per-query scores."""
+    per_query = [reranker.score(query, docs) for query, docs in items]
+    assert_same_scores(per_query, reranker.score_many(items, batch_size=3))
+    assert_same_scores(per_query, reranker.score_many(list(reversed(items)))[::-1])
+    assert reranker.score_many([]) == []
+
+
+# ------------------------------------------------------------------------------------ every re-ranker
+
+
+def test_the_two_lists_cover_the_registry():
+    assert set(WORD_MODELS) | TRANSFORMERS == set(available()) - {"none"}
+
+
+@pytest.mark.parametrize("name", WORD_MODELS)
+def test_word_models_score_many_equals_per_query_scoring(name, dataset, items):
+    check_cross_query_batching(word_model(name, dataset), items)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS))
+def test_transformer_models_score_many_equals_per_query_scoring(name, tiny_encoder, items):
+    check_cross_query_batching(transformer_model(name, tiny_encoder), items)
+
+
+@pytest.mark.parametrize("name", ["cross-encoder", "addax"])
+def test_packaged_minilm_score_many_equals_per_query_scoring(name, items):
+    reranker = reranker_class(name).from_options({}, seed=1)   # all-MiniLM-L6-v2, untrained head
+    reranker.prepare()
+    check_cross_query_batching(reranker, items[:4])
+
+
+def test_per_query_reranker_groups_queries_by_model_and_calls_each_model_once(dataset, items):
+    first, second = word_model("knrm", dataset, seed=1), word_model("knrm", dataset, seed=2)
+    models = {query.query_id: (first if number % 2 else second) for number, (query, _) in enumerate(items)}
+    dispatcher = PerQueryReranker("knrm", models)
+    calls = []
+    for model in (first, second):
+        original = model.score_many
+        model.score_many = lambda group, size=None, original=original: calls.append(len(group)) or original(group, size)
+    got = dispatcher.score_many(items, batch_size=4)
+    assert sorted(calls) == [3, 4]                               # one call per model, its queries together
+    assert_same_scores([models[q.query_id].score(q, docs) for q, docs in items], got)
+    assert_same_scores([got[1]], [dispatcher.score(*items[1])])
+    with pytest.raises(PipelineError, match="no model was trained"):
+        dispatcher.score_many([(Query("elsewhere", "x"), items[0][1])])
+
+
+# ------------------------------------------------------------------------------------- ADDAX caches
+
+
+def encoded_rows(reranker) -> list[int]:
+    rows: list[int] = []
+    reranker.module.encoder.register_forward_hook(
+        lambda module, args, kwargs, output: rows.append(int(kwargs["input_ids"].shape[0])), with_kwargs=True)
+    return rows
+
+
+@pytest.mark.parametrize("cache_size", [4096, 1])
+def test_addax_document_under_two_queries_encoded_once_and_scored_as_alone(tiny_encoder, cache_size):
+    shared = Doc("shared", "power station is a band from taiwan")
+    work = [(Query("q1", "who founded the band"), [Doc("a", "a band"), shared, Doc("b", "tigers live in forests")]),
+            (Query("q2", "power station"), [shared, Doc("c", "a factory that burns coal to make electricity")])]
+    reranker = transformer_model("addax", tiny_encoder, doc_cache_size=cache_size)
+    alone = [transformer_model("addax", tiny_encoder, doc_cache_size=0).score(q, docs) for q, docs in work]
+    rows = encoded_rows(reranker)
+    together = reranker.score_many(work, batch_size=2)
+    assert_same_scores(alone, together)
+    if cache_size > 1:
+        # four distinct documents and two queries: each text through the encoder once, whatever the batches
+        assert sum(rows) == 6 and len(reranker.doc_cache) == 4
+        rows.clear()
+        assert_same_scores(alone, reranker.score_many(work, batch_size=2))
+        assert sum(rows) == 2                                    # documents from the cache, queries anew
+    else:
+        assert len(reranker.doc_cache) == 1                      # evicted while scoring, and still right
+
+
+# ------------------------------------------------------------------------------- rerank, dev metric
+
+
+class ScoreOnly:
+    """A re-ranker with only ``score`` (the protocol's minimum): ``rerank`` goes query by query."""
+
+    name = "score-only"
+
+    def __init__(self, model):
+        self.model = model
+        self.calls = 0
+
+    def score(self, query, docs):
+        self.calls += 1
+        return self.model.score(query, docs)
+
+
+def test_rerank_across_queries_equals_query_by_query(dataset, monkeypatch):
+    from pipeline import run as pipeline_run
+
+    reranker = word_model("hcan", dataset)
+    by_query = pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)
+    monkeypatch.setattr(pipeline_run, "RERANK_CHUNK_PAIRS", 7)   # several chunks of several queries
+    for size in (None, 2):
+        together = pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_size=size)
+        assert set(together) == set(by_query) == set(dataset.first_stage)
+        for query_id, hits in by_query.items():
+            assert [h.doc_id for h in together[query_id]] == [h.doc_id for h in hits]
+            assert [h.score for h in together[query_id]] == pytest.approx([h.score for h in hits], abs=TOLERANCE)
+    plain = ScoreOnly(reranker)
+    assert pipeline_run.rerank(plain, dataset, dataset.first_stage, batch_size=4) == \
+        pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)
+    assert plain.calls == len(dataset.first_stage)
+    with pytest.raises(PipelineError, match="at least 1"):
+        pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_size=0)
+
+
+def test_rerank_candidates_scores_all_dev_queries_in_one_call(dataset):
+    reranker = word_model("knrm", dataset)
+    data = RankingData.from_dataset(dataset, list(dataset.queries), dataset.first_stage)
+    calls = []
+    original = reranker.score_many
+    reranker.score_many = lambda work, size=None: calls.append(len(work)) or original(work, size)
+    run = rerank_candidates(reranker, data, depth=3)
+    assert calls == [len(data.queries)]
+    for query_id, hits in run.items():
+        top = sorted(data.candidates[query_id], key=lambda h: (-h.score, h.doc_id))[:3]
+        expected = ScoreOnly(reranker).score(data.queries[query_id], [data.docs[h.doc_id] for h in top])
+        assert [h.doc_id for h in hits] == [h.doc_id for h in top]
+        assert [h.score for h in hits] == pytest.approx(expected, abs=TOLERANCE)
+
+
+# ---------------------------------------------------------------------------------- the scoring LSTM
+
+
+def test_masked_bilstm_scoring_path_equals_the_packed_path():
+    torch.manual_seed(0)
+    lstm = MaskedBiLSTM(6, 4).eval()
+    for lengths in ([9, 0, 3, 9, 1, 5], [7, 7, 7]):
+        lengths = torch.tensor(lengths)
+        mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+        x = torch.randn(*mask.shape, 6)
+        with torch.enable_grad():
+            packed = lstm(x, mask)                               # training keeps packing
+        with torch.inference_mode():
+            unpacked = lstm(x, mask)
+            garbage = lstm(torch.where(mask[..., None], x, torch.tensor(float("nan"))), mask)
+        for a, b, c in zip(packed, unpacked, garbage):
+            torch.testing.assert_close(b, a.detach(), atol=1e-6, rtol=0)
+            assert torch.equal(c, b)                             # padding never reaches a real position
+
+
+# ------------------------------------------------------------------------------------- int8 and CLI
+
+
+def test_int8_scoring_runs_refuses_training_saving_and_other_devices(tiny_encoder, items, tmp_path):
+    reranker = transformer_model("cross-encoder", tiny_encoder)
+    before = reranker.score_many(items)
+    assert reranker.quantize_int8() is reranker and reranker.quantize_int8() is reranker
+    after = reranker.score_many(items)
+    assert [len(s) for s in after] == [len(s) for s in before]
+    assert all(torch.isfinite(torch.tensor(s)).all() for s in after if s)
+    assert any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in reranker.module.modules())
+    with pytest.raises(PipelineError, match="int8"):
+        reranker.save(tmp_path / "model.pt")
+    with pytest.raises(PipelineError, match="int8"):
+        reranker.fit(None)
+    elsewhere = transformer_model("addax", tiny_encoder)
+    elsewhere.device = torch.device("cuda")
+    with pytest.raises(PipelineError, match="CPU only"):
+        elsewhere.quantize_int8()
+
+
+def ranks(values) -> torch.Tensor:
+    return torch.tensor(values).argsort().argsort().double()
+
+
+def test_int8_minilm_ranks_like_fp32():
+    from rerankers.bi_encoder import BiEncoderReranker
+
+    query = Query("q", "how do airplane wings produce lift")
+    texts = ["the wing deflects air downwards and the pressure difference lifts the aircraft",
+             "lift on an aerofoil depends on the angle of attack and the airspeed",
+             "bernoulli's principle relates pressure and velocity of a moving fluid",
+             "a jet engine burns kerosene to produce thrust",
+             "the boundary layer on a flat plate grows along the chord",
+             "stalling happens when the flow separates from the upper surface of the wing",
+             "birds flap their wings to fly", "the recipe needs two eggs and a cup of flour",
+             "the stock market fell sharply on monday", "football is played by two teams of eleven",
+             "paris is the capital of france", "a guitar has six strings"]
+    reranker = BiEncoderReranker.load("all-MiniLM-L6-v2")       # the packaged encoder, zero-shot
+    docs = [Doc(f"d{i}", text) for i, text in enumerate(texts)]
+    fp32 = reranker.score(query, docs)
+    int8 = reranker.quantize_int8().score(query, docs)
+    a, b = ranks(fp32), ranks(int8)
+    spearman = float(((a - a.mean()) * (b - b.mean())).sum() / (a.std() * b.std() * (len(a) - 1)))
+    assert spearman > 0.9 and fp32 != int8
+
+
+def test_cli_scoring_options(tmp_path, monkeypatch):
+    from pipeline.run import build_parser, run_pipeline
+
+    args = build_parser().parse_args(["--batch-size", "8", "--int8"])
+    assert args.batch_size == 8 and args.int8
+    defaults = build_parser().parse_args([])
+    assert defaults.batch_size is None and not defaults.int8
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: varied_dataset())
+    with pytest.raises(PipelineError, match="--int8 applies to the transformer"):
+        run_pipeline(build_parser().parse_args(["--reranker", "hcan", "--int8", "--output-dir", str(tmp_path)]))
