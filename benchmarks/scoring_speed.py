@@ -91,9 +91,11 @@ def wikiqa_rows(threads: int) -> list[dict]:
     query_ids = sorted(q for q in dataset.splits["test"] if dataset.first_stage.get(q))
     first = {q: dataset.first_stage[q] for q in query_ids}
     pairs = sum(len(hits) for hits in first.values())
-    parts = [{q: first[q] for q in block} for block in blocks(query_ids, 61)]   # 4 blocks of the 243
+    # 9 blocks of 27 questions (~260 pairs: four full batches of 64 across queries), sides alternating
+    parts = [{q: first[q] for q in block} for block in blocks(query_ids, 27)]
     rows = []
     for name in ("cross-encoder", "addax"):
+        load = os.getloadavg()[0]
         reranker = reranker_class(name).from_options({}, seed=1)
         reranker.prepare()
         rerank(reranker, dataset, dict(list(first.items())[:2]))                  # warm-up
@@ -104,7 +106,7 @@ def wikiqa_rows(threads: int) -> list[dict]:
                   for side, runs in results.items()}
         rows.append({"model": name, "threads": threads, "queries": len(query_ids), "pairs": pairs,
                      "per_query_s": seconds["query by query"], "across_s": seconds["across queries"],
-                     "batch": reranker.train_config.score_batch_size,
+                     "batch": reranker.train_config.score_batch_size, "load": (load, os.getloadavg()[0]),
                      "drift": largest_difference(scores["query by query"], scores["across queries"])})
         del reranker
     return rows
@@ -169,7 +171,8 @@ def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
         "now, across queries (batch 256)": lambda part: reranker.score_many(part),
         "now, across queries (batch 1,024)": lambda part: reranker.score_many(part, batch_size=1024),
     }
-    seconds, results = alternate(sides, blocks(work, 10))
+    load = os.getloadavg()[0]
+    seconds, results = alternate(sides, blocks(work, 2))
     flat = {side: [scores for part in parts for scores in part] for side, parts in results.items()}
     reference = flat["before, query by query"]
     rows = [{"run": side, "s_per_query": seconds[side] / len(work),
@@ -178,7 +181,7 @@ def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
     lengths = [reranker.pair_length(q, d) for q, docs in work for d in docs]
     info = {"queries": len(work), "pairs": len(lengths), "threads": threads,
             "full_length": sum(n == reranker.text_config.max_doc_length for n in lengths) / len(lengths),
-            "distinct_docs": len({d.doc_id for _, docs in work for d in docs})}
+            "distinct_docs": len({d.doc_id for _, docs in work for d in docs}), "load": (load, os.getloadavg()[0])}
     return rows, info
 
 
@@ -236,16 +239,18 @@ def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, 
              "runs under the same load.", "",
              "## Transformers on WikiQA test: query by query vs across queries", "",
              "| model | threads | queries / pairs | query by query (s) | across queries (s) | speed-up | "
-             "largest score difference |", "|---|---|---|---|---|---|---|"]
+             "largest score difference | load average |", "|---|---|---|---|---|---|---|---|"]
     for row in wikiqa:
         lines.append(f"| {row['model']} | {row['threads']} | {row['queries']} / {row['pairs']} | "
                      f"{row['per_query_s']:.1f} | {row['across_s']:.1f} | "
-                     f"**{row['per_query_s'] / row['across_s']:.2f}x** | {row['drift']:.1e} |")
+                     f"**{row['per_query_s'] / row['across_s']:.2f}x** | {row['drift']:.1e} | "
+                     f"{row['load'][0]:.1f} -> {row['load'][1]:.1f} |")
     lines += ["", f"Goal: >= {WIKIQA_GOAL:.0f}x (batches of {wikiqa[0]['batch']} pairs across queries).", ""]
     for rows, info in hcan:
         lines += [f"## HCAN on Cranfield BM25 top 100 ({info['queries']} queries, {info['pairs']} pairs, "
                   f"{info['distinct_docs']} distinct documents, {info['full_length']:.0%} of the pairs' documents "
-                  f"at the 64-token cap; {info['threads']} thread{'s' if info['threads'] != 1 else ''})", "",
+                  f"at the 64-token cap; {info['threads']} thread{'s' if info['threads'] != 1 else ''}; load "
+                  f"average {info['load'][0]:.1f} -> {info['load'][1]:.1f})", "",
                   "| run | seconds per query | speed-up | largest score difference |", "|---|---|---|---|"]
         for row in rows:
             lines.append(f"| {row['run']} | {row['s_per_query']:.3f} | {row['speedup']:.2f}x | {row['drift']:.1e} |")
