@@ -88,7 +88,7 @@ from pipeline.records import Doc, Query
 
 from .blocks import masked_softmax
 from .blocks import maxsim as late_interaction
-from .transformer_base import LRUCache, TransformerReranker, pad_ids
+from .transformer_base import LRUCache, TransformerReranker, pad_ids, unique_rows
 
 __all__ = [
     "AddaxConfig", "AddaxModel", "MAGCell", "HashingDenoiser", "maxsim", "positionwise",
@@ -343,18 +343,6 @@ class AddaxModel(nn.Module):
 # --------------------------------------------------------------------------------------- re-rankers
 
 
-def _unique(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
-    """``(first occurrence of each distinct key, index of each key's distinct row)``."""
-    rows: dict[Hashable, int] = {}
-    firsts, index = [], []
-    for position, key in enumerate(keys):
-        if key not in rows:
-            rows[key] = len(firsts)
-            firsts.append(position)
-        index.append(rows[key])
-    return firsts, index
-
-
 class AddaxReranker(TransformerReranker):
     """``addax``: the full model (MAGS, highway, hashing denoiser); ablations below flip its defaults."""
 
@@ -397,9 +385,9 @@ class AddaxReranker(TransformerReranker):
         ``doc_keys``/``query_keys`` (the unique texts' cache keys)."""
         self._require_prepared()
         query_keys_all = [self.query_key(q) for q, _ in pairs]
-        query_firsts, query_index = _unique(query_keys_all)
+        query_firsts, query_index = unique_rows(query_keys_all)
         doc_keys_all = [self.doc_key(d) for _, d in pairs]
-        doc_firsts, doc_index = _unique(doc_keys_all)
+        doc_firsts, doc_index = unique_rows(doc_keys_all)
         queries = self.query_ids([pairs[i][0] for i in query_firsts])
         docs = self.doc_ids([pairs[i][1] for i in doc_firsts])
         pad = self.tokenizer.pad_token_id or 0

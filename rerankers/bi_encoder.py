@@ -37,8 +37,7 @@ import torch.nn.functional as F
 from pipeline.errors import PipelineError
 from pipeline.records import Doc, Query
 
-from .addax import _unique
-from .transformer_base import LRUCache, TransformerReranker, pad_ids
+from .transformer_base import LRUCache, TransformerReranker, pad_ids, unique_rows
 
 __all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker"]
 
@@ -108,9 +107,9 @@ class BiEncoderReranker(TransformerReranker):
         """Unique queries and documents of ``pairs`` as padded ids with special tokens, ``*_index`` ``[B]``
         mapping the pairs to them, and ``doc_keys`` (the unique documents' cache keys)."""
         self._require_prepared()
-        query_firsts, query_index = _unique([self.query_key(q) for q, _ in pairs])
+        query_firsts, query_index = unique_rows([self.query_key(q) for q, _ in pairs])
         doc_keys = [self.doc_key(d) for _, d in pairs]
-        doc_firsts, doc_index = _unique(doc_keys)
+        doc_firsts, doc_index = unique_rows(doc_keys)
         pad = self.tokenizer.pad_token_id or 0
         batch: dict = {"doc_keys": [doc_keys[i] for i in doc_firsts]}
         sides = (("query", self.query_ids([pairs[i][0] for i in query_firsts]), query_index),

@@ -183,6 +183,18 @@ def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int):
     return ids, mask
 
 
+def unique_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """Distinct keys of a batch (the two-tower models encode each text once): ``(first occurrence of each distinct key, index of each key's distinct row)``."""
+    rows: dict[Hashable, int] = {}
+    firsts, index = [], []
+    for position, key in enumerate(keys):
+        if key not in rows:
+            rows[key] = len(firsts)
+            firsts.append(position)
+        index.append(rows[key])
+    return firsts, index
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
     """A short digest of the tokenizer's vocabulary (a checkpoint must be read with the same one)."""
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
