@@ -247,6 +247,8 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     timings["rerank"] = time.perf_counter() - started
 
     name = args.name or default_run_name(dataset.name, first_stage, args.reranker, split)
+    if int8 and not args.name:
+        name += "-int8"  # an int8 run must not overwrite the float run it is compared with
     reranked, reranked_name = None, None
     if reranker is not None and interpolation:
         from . import fusion

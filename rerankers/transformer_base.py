@@ -375,18 +375,16 @@ class TransformerReranker(TorchReranker):
         Scores change a little (BENCHMARKS.md, "Scoring speed", measures what it costs), and since the
         input scale is the batch's, a pair's int8 score also depends a little on the batch it is scored in
         (float scores do not). The model can then only score: :meth:`fit` and :meth:`save` refuse.
-        Quantized kernels exist for the CPU only, so a module on another device is an error. Idempotent;
-        returns the re-ranker."""
+        Quantized kernels exist for the CPU only: a module trained on a GPU moves to the CPU first (int8
+        is a CPU scoring path; score on the GPU in float instead). Idempotent; returns the re-ranker."""
         import torch
         from torch.ao.quantization import quantize_dynamic
 
         self._require_prepared()
         if self.quantized:
             return self
-        device = self._device()
-        if device.type != "cpu" or (self.device is not None and torch.device(self.device).type != "cpu"):
-            raise PipelineError(f"{self.name}: int8 scoring runs on the CPU only, and the model is on "
-                                f"{self.device or device}; score without int8 there")
+        self.module.to("cpu")
+        self.device = torch.device("cpu")
         self.module.eval()
         with warnings.catch_warnings():
             # torch 2.13 (the pinned version) warns that eager quantization is to move to torchao, a package

@@ -242,7 +242,7 @@ def test_masked_bilstm_scoring_path_equals_the_packed_path():
 # ------------------------------------------------------------------------------------- int8 and CLI
 
 
-def test_int8_scoring_runs_refuses_training_saving_and_other_devices(tiny_encoder, items, tmp_path):
+def test_int8_scoring_runs_refuses_training_and_saving_and_moves_to_cpu(tiny_encoder, items, tmp_path):
     reranker = transformer_model("cross-encoder", tiny_encoder)
     before = reranker.score_many(items)
     assert reranker.quantize_int8() is reranker and reranker.quantize_int8() is reranker
@@ -255,9 +255,11 @@ def test_int8_scoring_runs_refuses_training_saving_and_other_devices(tiny_encode
     with pytest.raises(PipelineError, match="int8"):
         reranker.fit(None)
     elsewhere = transformer_model("addax", tiny_encoder)
-    elsewhere.device = torch.device("cuda")
-    with pytest.raises(PipelineError, match="CPU only"):
-        elsewhere.quantize_int8()
+    elsewhere.device = torch.device("cuda")      # as after training on a GPU: int8 scoring moves it back
+    elsewhere.quantize_int8()
+    assert elsewhere.device == torch.device("cpu") and elsewhere.quantized
+    assert all(p.device.type == "cpu" for p in elsewhere.module.parameters())
+    assert all(torch.isfinite(torch.tensor(s)).all() for s in elsewhere.score_many(items) if s)
 
 
 def ranks(values) -> torch.Tensor:
@@ -296,3 +298,21 @@ def test_cli_scoring_options(tmp_path, monkeypatch):
     monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: varied_dataset())
     with pytest.raises(PipelineError, match="--int8 applies to the transformer"):
         run_pipeline(build_parser().parse_args(["--reranker", "hcan", "--int8", "--output-dir", str(tmp_path)]))
+
+
+def test_int8_run_keeps_the_float_run(tiny_encoder, tmp_path, monkeypatch):
+    from pipeline.run import build_parser, run_pipeline
+
+    dataset = varied_dataset()
+    for qid, hits in dataset.first_stage.items():   # a run file lists each document once per query
+        dataset.first_stage[qid] = list({hit.doc_id: hit for hit in reversed(hits)}.values())[::-1]
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    checkpoint = tmp_path / "cross.pt"
+    transformer_model("cross-encoder", tiny_encoder).save(checkpoint)
+    common = ["--reranker", "cross-encoder", "--model", str(checkpoint), "--interpolate", "none",
+              "--output-dir", str(tmp_path / "runs")]
+    fp32 = run_pipeline(build_parser().parse_args(common))
+    int8 = run_pipeline(build_parser().parse_args(common + ["--int8"]))
+    assert "int8" in int8.run_path.name and "int8" not in fp32.run_path.name
+    assert fp32.run_path.exists() and int8.run_path.exists()
+    assert fp32.run_path.read_text() != int8.run_path.read_text()
