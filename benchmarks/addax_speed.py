@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from pipeline.atomic import write_text  # noqa: E402
-from pipeline.datasets import load_dataset  # noqa: E402
+from pipeline.core.atomic import write_text  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
 from rerankers.addax import AddaxReranker  # noqa: E402
 from rerankers.cross_encoder import CrossEncoderReranker  # noqa: E402
 from rerankers.encoders import DEFAULT_ENCODER  # noqa: E402

@@ -33,8 +33,8 @@ if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISA
     os.environ["TQDM_DISABLE"] = "1"
 
 from indexes import BM25Settings, make_first_stage  # noqa: E402
-from pipeline.datasets import Dataset, load_dataset  # noqa: E402
-from pipeline.evaluate import evaluate  # noqa: E402
+from pipeline.core.datasets import Dataset, load_dataset  # noqa: E402
+from pipeline.core.evaluation import evaluate  # noqa: E402
 
 TRAIN_DATASET = "nfcorpus"
 MEASURES = "nDCG@10 R@100"
@@ -135,7 +135,7 @@ def publish(text: str, output: str | None) -> None:
     """Print a benchmark's Markdown and, with ``output``, write it there atomically."""
     print(text)
     if output:
-        from pipeline.atomic import write_text
+        from pipeline.core.atomic import write_text
 
         write_text(output, text + "\n")
 
@@ -203,7 +203,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--output", help="also write the tables to this Markdown file")
     args = parser.parse_args(argv)
-    from pipeline.training import set_threads
+    from pipeline.core.runtime import set_threads
 
     set_threads(args.threads)
     import faiss

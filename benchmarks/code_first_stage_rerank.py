@@ -39,8 +39,8 @@ if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISA
 
 from code_first_stage import add_code_arguments, code_options, describe_codes, machine_line, publish  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
-from pipeline.datasets import load_dataset  # noqa: E402
-from pipeline.evaluate import evaluate, paired_test  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
+from pipeline.core.evaluation import evaluate, paired_test  # noqa: E402
 
 TRAIN_DATASET = "nfcorpus-dev"
 FIRST_STAGES = ("bm25", "codes", "colbert")
@@ -51,7 +51,7 @@ TUNING_MEASURE = "nDCG@10"
 
 def training_split(dataset, seed: int) -> tuple[list[str], list[str]]:
     """``(train, dev)`` query ids of ``TRAIN_DATASET``: its judged queries, 15% held out for early stopping."""
-    from pipeline.training import hold_out
+    from pipeline.protocols import hold_out
 
     judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
     return hold_out(judged, 0.15, seed)
@@ -59,7 +59,9 @@ def training_split(dataset, seed: int) -> tuple[list[str], list[str]]:
 
 def train_reranker(args):
     """The re-ranker trained on ``TRAIN_DATASET`` (loaded from the model cache when already trained)."""
-    from pipeline.training import Fold, checkpoint_path, parse_overrides, train_fold
+    from pipeline.protocols import Fold
+    from pipeline.model_cache import checkpoint_path, train_fold
+    from pipeline.core.options import parse_overrides
     from rerankers import reranker_class
 
     dataset = load_dataset(TRAIN_DATASET)
@@ -81,7 +83,7 @@ def tuned_weight(reranker, args) -> tuple[float, str]:
     """The interpolation weight of the best dev nDCG@10 over the re-ranker's early-stopping queries
     (BM25 top ``--k``, top ``--rerank-depth`` re-ranked), and a line describing the choice."""
     from pipeline import fusion
-    from pipeline.run import head, rerank
+    from pipeline.stages import head, rerank
 
     dataset = load_dataset(TRAIN_DATASET)
     _, dev = training_split(dataset, args.seed)
@@ -105,7 +107,7 @@ def first_stage(kind: str, dataset, args):
 
 def benchmark(name: str, reranker, args, weight: float | None = None) -> list[str]:
     from pipeline.fusion import interpolate
-    from pipeline.run import append_tail, head, rerank
+    from pipeline.stages import append_tail, head, rerank
 
     dataset = load_dataset(name)
     queries = list(dataset.queries.values())[:args.max_queries or None]
@@ -162,10 +164,10 @@ def main(argv=None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--output", help="also write the table to this Markdown file")
     args = parser.parse_args(argv)
-    from pipeline.seed import set_seed
-    from pipeline.training import set_threads
+    from pipeline.core.runtime import seed_everything
+    from pipeline.core.runtime import set_threads
 
-    set_seed(args.seed)
+    seed_everything(args.seed)
     set_threads(args.threads)
     import faiss
 

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--update", metavar="MARKDOWN",
                         help="replace the tables between the markers in this file (e.g. BENCHMARKS.md)")
     args = parser.parse_args(argv)
-    from pipeline.atomic import atomic_write
+    from pipeline.core.atomic import atomic_write
 
     tables = {"effectiveness": render(COLLECTIONS), "dl": render_dl()}
     if args.output:

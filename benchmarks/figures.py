@@ -39,7 +39,7 @@ BASELINE_NAMES = ("shipped candidate order", "first stage")
 
 
 def save(fig, path: Path) -> None:
-    from pipeline.atomic import atomic_write
+    from pipeline.core.atomic import atomic_write
 
     with atomic_write(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=130, bbox_inches="tight")
@@ -81,8 +81,8 @@ def pick_pair(reranker, dataset, split: str):
 def figure_path(outdir: Path, seed: int) -> None:
     import torch
 
-    from pipeline.datasets import load_dataset
-    from pipeline.training import RankingData
+    from pipeline.core.datasets import load_dataset
+    from rerankers.training.data import RankingData
     from rerankers.match_srnn import MatchSRNNReranker, matching_path
     from rerankers.neural import tokenize
 

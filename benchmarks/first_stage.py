@@ -20,13 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from indexes import BM25Settings, make_first_stage  # noqa: E402
-from pipeline.datasets import load_dataset  # noqa: E402
-from pipeline.evaluate import evaluate  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
+from pipeline.core.evaluation import evaluate  # noqa: E402
 
 STARTUP_SNIPPET = """
 import time, sys
 started = time.perf_counter()
-from pipeline.datasets import load_dataset
+from pipeline.core.datasets import load_dataset
 from indexes import make_first_stage
 dataset = load_dataset({name!r})
 retriever = make_first_stage("bm25", dataset)
@@ -102,7 +102,7 @@ def main() -> None:
     text = "\n".join(sections)
     print(text)
     if args.output:
-        from pipeline.atomic import write_text
+        from pipeline.core.atomic import write_text
 
         write_text(args.output, text + "\n")
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.datasets import load_dataset  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.run import build_parser  # noqa: E402
-from pipeline.training import RankingData, obtain_reranker  # noqa: E402
+from rerankers.training.data import RankingData  # noqa: E402
+from pipeline.model_cache import obtain_reranker
 from rerankers.iasm import matrix_variance_drop  # noqa: E402
 
 

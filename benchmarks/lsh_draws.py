@@ -44,8 +44,8 @@ if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISA
 import numpy as np  # noqa: E402
 
 from code_first_stage import code_options, machine_line, publish  # noqa: E402
-from pipeline.datasets import load_dataset  # noqa: E402
-from pipeline.evaluate import evaluate  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
+from pipeline.core.evaluation import evaluate  # noqa: E402
 
 MEASURES = ["nDCG@10", "R@100"]
 _AGREEMENT: dict[tuple, float] = {}  # (training source, seed) -> agreement, shared by the datasets
@@ -212,7 +212,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.bits <= 0 or args.bits % 8:
         parser.error(f"--bits must be a positive multiple of 8, got {args.bits}")
-    from pipeline.training import set_threads
+    from pipeline.core.runtime import set_threads
 
     set_threads(args.threads)
     import faiss

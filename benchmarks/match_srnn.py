@@ -187,7 +187,7 @@ def main() -> None:
     text = "\n".join(sections)
     print(text)
     if args.output:
-        from pipeline.atomic import write_text
+        from pipeline.core.atomic import write_text
 
         write_text(args.output, text + "\n")
 

@@ -125,7 +125,7 @@ def main() -> None:
                      f"{rows * cols / (rows + cols - 1):.1f}x | {pair_cells} |")
         print(lines[-1], flush=True)
     if args.output:
-        from pipeline.atomic import write_text
+        from pipeline.core.atomic import write_text
 
         write_text(args.output, "\n".join(lines) + "\n")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.errors import DataFormatError, PipelineError  # noqa: E402
+from pipeline.core.errors import DataFormatError, PipelineError  # noqa: E402
 
 SCRIPT = "benchmarks/code_first_stage_rerank.py"
 COMMAND = re.compile(r"^<!-- python " + re.escape(SCRIPT) + r" (?P<args>.*) \(\d{4}-\d\d-\d\d, \d+ s\) -->$")
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     ])
     print(text)
     if args.output:
-        from pipeline.atomic import write_text
+        from pipeline.core.atomic import write_text
 
         write_text(args.output, text + "\n")
 

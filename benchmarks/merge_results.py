@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from reproduce import reproduce_parser, write_outputs  # noqa: E402
 
-from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.core.errors import PipelineError  # noqa: E402
 
 # reproduce.py options that may differ between runs of one protocol
 RUN_ONLY_OPTIONS = {"reranker", "seeds", "output", "output_dir"}

@@ -130,7 +130,7 @@ def render_table(header: str, baseline: dict[str, float], results: dict[str, dic
 def write_outputs(output: str, header: str, baseline: dict[str, float], results: dict[str, dict[str, list]],
                   command: str) -> None:
     """Write the table to ``output`` and the raw values to the ``.json`` beside it, each atomically."""
-    from pipeline.atomic import atomic_write
+    from pipeline.core.atomic import atomic_write
 
     with atomic_write(output) as handle:
         handle.write(render_table(header, baseline, results) + "\n")

@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from pipeline.datasets import load_dataset  # noqa: E402
-from pipeline.training import RankingData, Trainer  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
+from rerankers.training.data import RankingData  # noqa: E402
+from rerankers.training.loop import Trainer
 from rerankers import available, reranker_class  # noqa: E402
 
 
@@ -90,7 +91,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.output:
-        from pipeline.atomic import write_text
+        from pipeline.core.atomic import write_text
 
         write_text(args.output, text + "\n")
 

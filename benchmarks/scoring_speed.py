@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from pipeline.atomic import write_text  # noqa: E402
-from pipeline.datasets import load_dataset  # noqa: E402
-from pipeline.run import rerank, retrieve  # noqa: E402
-from pipeline.training import RankingData  # noqa: E402
+from pipeline.core.atomic import write_text  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
+from pipeline.stages import rerank, retrieve  # noqa: E402
+from rerankers.training.data import RankingData  # noqa: E402
 from rerankers import reranker_class  # noqa: E402
 
 WIKIQA_GOAL = 3.0          # transformer scoring on WikiQA test, across queries / query by query

@@ -26,9 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.datasets import load_dataset  # noqa: E402
+from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.run import build_parser  # noqa: E402
-from pipeline.training import obtain_reranker, set_threads  # noqa: E402
+from pipeline.model_cache import obtain_reranker  # noqa: E402
+from pipeline.core.runtime import set_threads
 from reproduce import render_table, write_outputs  # noqa: E402  (benchmarks/ is this script's folder)
 
 

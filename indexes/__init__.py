@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Protocol, runtime_checkable
 
-from pipeline.datasets import Dataset
-from pipeline.errors import PipelineError
-from pipeline.records import Query, Run
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Query, Run
 
 FIRST_STAGES = ("auto", "bm25", "bm25+rm3", "codes", "colbert", "shipped", "run:PATH")
 
@@ -88,7 +88,7 @@ def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None 
             raise PipelineError(f"dataset {dataset.name!r} ships no first-stage run; use bm25 or run:PATH")
         return RunRetriever("shipped", dataset.first_stage)
     if spec.startswith("run:"):
-        from pipeline.trec import read_run
+        from pipeline.core.trec import read_run
 
         path = Path(spec[4:])
         return RunRetriever(f"run:{path.name}", read_run(path, dataset.doc_store(), dataset.queries))

@@ -71,11 +71,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.atomic import atomic_directory, atomic_write
-from pipeline.progress import progress_switch
-from pipeline.datasets import Dataset
-from pipeline.errors import PipelineError
-from pipeline.records import Query, Run, ScoredDoc
+from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.progress import progress_switch
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Query, Run, ScoredDoc
 from rerankers.blocks import maxsim as late_interaction
 
 log = logging.getLogger(__name__)
@@ -576,7 +576,7 @@ def _autocast(device):
 
 
 def _set_threads(threads: int | None) -> None:
-    from pipeline.training import set_threads
+    from pipeline.core.runtime import set_threads
 
     set_threads(threads)
     if threads:
@@ -615,7 +615,7 @@ def resolve_training(dataset: Dataset, train_dataset: "Dataset | str | None" = N
     that, all its judged queries, unless it is ``dataset`` itself (whose queries are the test queries): then
     the error says to pick another dataset.
     """
-    from pipeline.datasets import load_dataset
+    from pipeline.core.datasets import load_dataset
 
     if train_dataset is None or (isinstance(train_dataset, str) and train_dataset == dataset.name):
         source = dataset
@@ -750,7 +750,7 @@ def train_encoder(options: CodeOptions, source: TrainingSource, negatives: dict[
     report)``; the model is left in eval mode on ``device``."""
     from tqdm.auto import tqdm
 
-    from pipeline.training import resolve_device, seed_everything
+    from pipeline.core.runtime import resolve_device, seed_everything
 
     device = device or resolve_device(options.device)
     steps = options.steps if steps is None else steps
@@ -801,7 +801,7 @@ def save_encoder(model, options: CodeOptions, path: Path, extra: dict | None = N
 
 def load_encoder_checkpoint(path: Path, device=None):
     """``(tokenizer, model, options dict)`` from a checkpoint written by :func:`save_encoder` (eval mode)."""
-    from pipeline.errors import CheckpointError
+    from pipeline.core.errors import CheckpointError
     from rerankers.encoders import load_encoder
 
     try:
@@ -996,7 +996,7 @@ def build_code_index(
     """
     from tqdm.auto import tqdm
 
-    from pipeline.training import resolve_device
+    from pipeline.core.runtime import resolve_device
 
     root = Path(root) if root is not None else code_index_root()
     source = resolve_training(dataset, train_dataset if train_dataset is not None else options.train_dataset, mirror)
@@ -1155,7 +1155,7 @@ class CodeRetriever:
                  threads: int | None = None, gpu: bool = True):
         import faiss
 
-        from pipeline.training import resolve_device
+        from pipeline.core.runtime import resolve_device
 
         path = Path(path)
         if not is_complete(path):

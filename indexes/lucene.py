@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
-from pipeline.atomic import atomic_directory, atomic_write
-from pipeline.datasets import Dataset
-from pipeline.errors import PipelineError
-from pipeline.progress import progress_switch
-from pipeline.records import Query, Run, ScoredDoc
+from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.progress import progress_switch
+from pipeline.core.records import Query, Run, ScoredDoc
 
 from .jvm import anserini_class
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from .errors import PipelineError
-from .records import Qrel, Run, ScoredDoc
+from .core.errors import PipelineError
+from .core.records import Qrel, Run, ScoredDoc
+from .stages import rerank, retrieve
 
 #: weights tried by :func:`tune_weight`: 0, 0.05, ..., 1
 DEFAULT_GRID = tuple(round(i * 0.05, 2) for i in range(21))
@@ -79,8 +80,6 @@ def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=No
     """``query_id -> weight`` for every test query of ``folds``: each fold's weight is tuned on that fold's
     dev queries (re-ranked by the fold's own model), so no weight is chosen on the queries it scores."""
     import logging
-
-    from .run import rerank, retrieve
 
     weights: dict[str, float] = {}
     for fold in folds:

@@ -19,8 +19,8 @@ import sys
 import time
 from typing import Sequence
 
-from .datasets import load_dataset
-from .errors import PipelineError
+from .core.datasets import load_dataset
+from .core.errors import PipelineError
 
 KINDS = ("lucene", "codes", "colbert")
 

@@ -26,13 +26,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import evaluate as evaluation
-from .datasets import Dataset, load_dataset
-from .errors import PipelineError
-from .evaluate import evaluate
-from .records import Query, Run, ScoredDoc
-from .seed import set_seed
-from .trec import write_run
+from indexes import FIRST_STAGES, BM25Settings, resolve_first_stage
+from rerankers import available, reranker_class
+
+from . import fusion
+from .core import evaluation
+from .core.datasets import load_dataset, select_queries
+from .core.errors import PipelineError
+from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluate``, see above)
+from .core.records import Run
+from .core.runtime import seed_everything
+from .core.trec import write_run
+from .model_cache import obtain_reranker
+from .protocols import make_protocol
+from .stages import append_tail, head, rerank, retrieve
 
 log = logging.getLogger("pipeline.run")
 DEFAULT_OUTPUT_DIR = Path("runs")
@@ -48,100 +55,6 @@ def main_metric(metrics: str) -> str:
     if not names:
         raise PipelineError("--metrics is empty")
     return names[0]
-
-
-def select_queries(dataset: Dataset, split: str | None = None) -> list[Query]:
-    """The queries to run: all of them, or one named split's."""
-    if split is None:
-        return list(dataset.queries.values())
-    if split not in dataset.splits:
-        known = ", ".join(dataset.splits) or "none"
-        raise PipelineError(f"dataset {dataset.name!r} has no split {split!r} (its splits: {known})")
-    return [dataset.queries[qid] for qid in dataset.splits[split]]
-
-
-def retrieve(dataset: Dataset, first_stage: str = "auto", k: int = 1000, queries: Sequence[Query] | None = None,
-             settings=None) -> Run:
-    """Run the first stage (see :func:`indexes.make_first_stage`) for ``queries`` (default: all)."""
-    from indexes import make_first_stage
-
-    retriever = make_first_stage(first_stage, dataset, settings)
-    return retriever.search(queries if queries is not None else dataset.queries.values(), k)
-
-
-#: pairs per ``score_many`` call in :func:`rerank`: many scoring batches' worth, so that each batch is filled
-#: with pairs of about one length, and few enough that the progress bar moves
-RERANK_CHUNK_PAIRS = 4096
-
-
-def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, batch_size: int | None = None) -> Run:
-    """Re-score every query's first-stage candidates with ``reranker`` (``None`` returns ``first`` unchanged).
-
-    The result holds exactly the first stage's candidates for each query, with the re-ranker's scores.
-    With ``batch_queries`` and a re-ranker that has ``score_many``, the queries are scored together, in
-    chunks of about :data:`RERANK_CHUNK_PAIRS` pairs, each chunk's pairs batched across its queries (full
-    batches of pairs of about one length instead of one batch per query); otherwise query by query.
-    ``batch_size`` is the scoring batch in pairs (default: the model's ``score_batch_size``); it changes the
-    speed and memory of scoring, not the scores, and is not part of any model.
-    """
-    if reranker is None:
-        return first
-    if batch_size is not None and batch_size < 1:
-        raise PipelineError(f"the scoring batch size must be at least 1, got {batch_size}")
-    from tqdm.auto import tqdm
-
-    store = dataset.doc_store()
-    for query_id, hits in first.items():
-        missing = [h.doc_id for h in hits if h.doc_id not in store]
-        if missing:
-            raise PipelineError(f"query {query_id!r}: first-stage doc {missing[0]!r} is not in {dataset.name!r}")
-    score_many = getattr(reranker, "score_many", None)
-    if score_many is None and batch_size:
-        log.warning("%s scores query by query; the scoring batch size %d does not apply", reranker.name, batch_size)
-    limit = max(RERANK_CHUNK_PAIRS, 8 * (batch_size or 0)) if batch_queries and score_many is not None else 0
-    chunks: list[list[str]] = [[]]
-    pairs = 0
-    for query_id, hits in first.items():
-        if chunks[-1] and pairs + len(hits) > limit:
-            chunks.append([])
-            pairs = 0
-        chunks[-1].append(query_id)
-        pairs += len(hits)
-    result: Run = {}
-    with tqdm(total=len(first), desc=f"re-ranking with {reranker.name}", unit="query") as bar:
-        for chunk in filter(None, chunks):
-            items = [(dataset.queries[q], [store[h.doc_id] for h in first[q]]) for q in chunk]
-            if score_many is None:
-                scored = [reranker.score(query, docs) for query, docs in items]
-            else:
-                scored = score_many(items) if batch_size is None else score_many(items, batch_size=batch_size)
-            for query_id, scores in zip(chunk, scored):
-                hits = first[query_id]
-                if len(scores) != len(hits):
-                    raise PipelineError(f"{reranker.name} returned {len(scores)} scores for {len(hits)} candidates")
-                result[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
-            bar.update(len(chunk))
-    return result
-
-
-def head(first: Run, depth: int) -> Run:
-    """Each query's top ``depth`` first-stage candidates (``depth`` 0: all of them)."""
-    return first if depth <= 0 else {query_id: hits[:depth] for query_id, hits in first.items()}
-
-
-def append_tail(reranked: Run, first: Run) -> Run:
-    """``reranked`` (each query's re-scored head) followed by the rest of that query's first-stage
-    candidates in first-stage order, scored strictly below the head, so a run re-ranked to depth D still
-    holds all k candidates (MAP over the full depth stays comparable with the first stage's)."""
-    result: Run = {}
-    for query_id, hits in reranked.items():
-        ranked = sorted(hits, key=lambda h: (-h.score, h.doc_id))
-        seen = {h.doc_id for h in ranked}
-        floor = min((h.score for h in ranked), default=0.0)
-        tail = [h for h in first.get(query_id, []) if h.doc_id not in seen]
-        result[query_id] = ranked + [ScoredDoc(query_id, h.doc_id, floor - 1.0 - rank)
-                                     for rank, h in enumerate(tail)]
-    return result
 
 
 def default_run_name(dataset: str, first_stage: str, reranker: str, split: str | None) -> str:
@@ -175,10 +88,8 @@ def parse_weight(text: str) -> float:
 
 def run_pipeline(args: argparse.Namespace) -> PipelineResult:
     """The whole pipeline for parsed command-line arguments (see :func:`build_parser`)."""
-    from indexes import BM25Settings, resolve_first_stage
-    from rerankers import reranker_class
 
-    set_seed(args.seed)
+    seed_everything(args.seed)
     if args.threads:
         import os
 
@@ -208,8 +119,6 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         # no training and no tuning: every query of the split (a given checkpoint never saw this collection)
         queries = select_queries(dataset, split)
     else:
-        from .training import make_protocol
-
         # a trained re-ranker only scores queries it was not trained on, and the interpolation weight is tuned
         # on the protocol's dev queries only: the protocol's test queries are the ones evaluated
         folds = make_protocol(dataset, split, args.seed, args.folds)
@@ -233,8 +142,6 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         reranker = reranker_cls.load(model_path)
         timings["train_or_load"] = time.perf_counter() - started
     elif reranker_cls is not None:
-        from .training import obtain_reranker
-
         started = time.perf_counter()
         reranker = obtain_reranker(args.reranker, dataset, args, folds, settings, split)
         timings["train_or_load"] = time.perf_counter() - started
@@ -251,8 +158,6 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
         name += "-int8"  # an int8 run must not overwrite the float run it is compared with
     reranked, reranked_name = None, None
     if reranker is not None and interpolation:
-        from . import fusion
-
         # the re-ranker alone is reported beside the interpolation: the same scores, no second scoring pass
         reranked, reranked_name = final, f"{name}-alone"
         started = time.perf_counter()
@@ -293,8 +198,6 @@ def run_pipeline(args: argparse.Namespace) -> PipelineResult:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m pipeline.run`` argument parser."""
-    from indexes import FIRST_STAGES
-    from rerankers import available
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default=DEFAULT_DATASET,

@@ -5,7 +5,7 @@ Command line::
     python -m pipeline.train --dataset microblog --split 2013 --reranker hcan --set matching=rm
     python -m pipeline.train --dataset cranfield --reranker knrm --folds 5 --seed 1
 
-Trains one model per fold of the protocol (see :func:`pipeline.training.make_protocol`) on candidates
+Trains one model per fold of the protocol (see :func:`pipeline.protocols.make_protocol`) on candidates
 from the first stage, saves each checkpoint where ``pipeline.run`` will look for it (same options, seed,
 first stage and depth give the same cache key), and prints one line per fold with the dev score. A fold
 whose checkpoint exists is skipped unless ``--retrain``.
@@ -16,19 +16,20 @@ import logging
 import sys
 from typing import Sequence
 
-from .errors import PipelineError
+from indexes import BM25Settings, make_first_stage, resolve_first_stage
+from rerankers import reranker_class
+
+from .core.datasets import load_dataset
+from .core.errors import PipelineError
+from .core.options import parse_overrides
+from .core.runtime import seed_everything, set_threads
+from .model_cache import cached_checkpoint, checkpoint_path, train_fold
+from .protocols import make_protocol
+from .run import build_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; takes the training-related flags of ``pipeline.run``."""
-    from indexes import BM25Settings, make_first_stage, resolve_first_stage
-    from rerankers import reranker_class
-
-    from .datasets import load_dataset
-    from .run import build_parser
-    from .seed import set_seed
-    from .training import cached_checkpoint, checkpoint_path, make_protocol, parse_overrides, set_threads, train_fold
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     parser.prog = "python -m pipeline.train"
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if reranker_class(args.reranker) is None:
             raise PipelineError("choose a re-ranker to train (--reranker); 'none' has nothing to train")
-        set_seed(args.seed)
+        seed_everything(args.seed)
         set_threads(args.threads)
         dataset = load_dataset(args.dataset, args.mirror)
         recipe = dataset.recipe

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from pipeline.errors import PipelineError
-from pipeline.records import Doc, Query
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Doc, Query
 
 
 @runtime_checkable

@@ -83,8 +83,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from pipeline.errors import PipelineError
-from pipeline.records import Doc, Query
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Doc, Query
 
 from .blocks import masked_softmax
 from .blocks import maxsim as late_interaction

@@ -34,9 +34,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pipeline.errors import PipelineError
-from pipeline.records import Doc, Query
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Doc, Query
 
+from .encoders import pretrained_config
 from .transformer_base import LRUCache, TransformerReranker, pad_ids, unique_rows
 
 __all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker"]
@@ -149,8 +150,6 @@ class BiEncoderReranker(TransformerReranker):
         nothing trained)."""
         if Path(path).is_file():
             return super().load(path)
-        from .encoders import pretrained_config
-
         reranker = cls()
         config = reranker.encoder_config
         config.encoder = str(path)

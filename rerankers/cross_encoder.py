@@ -44,8 +44,8 @@ from typing import Any, Mapping, Sequence
 
 import torch.nn as nn
 
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Query
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.records import Doc, Query
 
 from .encoders import (
     is_sequence_classifier, load_classifier, load_encoder, pretrained_config, pretrained_tokenizer,

@@ -26,9 +26,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from pipeline.errors import DataFormatError, PipelineError
-from pipeline.text import PAD_ID, Vocabulary
-from pipeline.textio import iter_lines
+from pipeline.core.errors import DataFormatError, PipelineError
+from pipeline.core.text import PAD_ID, Vocabulary
+from pipeline.core.textio import iter_lines
 
 log = logging.getLogger(__name__)
 

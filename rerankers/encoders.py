@@ -20,7 +20,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 #: names that mean the packaged MiniLM

@@ -43,16 +43,14 @@ authors' released code (github.com/SendongZhao/IASM, ``src/model.py``, ``src/los
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
 
 from rerankers.blocks import build_embedding, cosine_matrix, interaction_mask, masked_fill_padding
 from rerankers.neural import WordReranker
-
-if TYPE_CHECKING:
-    from pipeline.training import RankingData
+from rerankers.training.data import RankingData
 
 __all__ = [
     "MATRIX_MODES",

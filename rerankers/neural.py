@@ -7,7 +7,7 @@ model needs more than token ids, ``features(query_tokens, query_length)``.
 
 This class does the rest, the same way for every model: tokenization (:mod:`pipeline.text`), the
 vocabulary and IDF statistics of the collection, embeddings (:mod:`rerankers.embeddings`), padding and
-masks, batching, training (:class:`pipeline.training.Trainer`), scoring and checkpoints.
+masks, batching, training (:class:`rerankers.training.loop.Trainer`), scoring and checkpoints.
 """
 from __future__ import annotations
 
@@ -18,10 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
-from pipeline.atomic import atomic_write
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Query
-from pipeline.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
+from pipeline.core.atomic import atomic_write
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.options import apply_overrides
+from pipeline.core.records import Doc, Query
+from pipeline.core.runtime import set_threads
+from pipeline.core.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
+
+from .embeddings import load_embeddings
+from .training.config import TrainConfig
+from .training.loop import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +65,7 @@ class TorchReranker:
 
     @classmethod
     def default_train_config(cls):
-        """A :class:`~pipeline.training.TrainConfig` with this model's ``train_defaults`` applied."""
-        from pipeline.training import TrainConfig
-
+        """A :class:`~rerankers.training.config.TrainConfig` with this model's ``train_defaults`` applied."""
         config = TrainConfig()
         for key, value in getattr(cls, "train_defaults", {}).items():
             setattr(config, key, value)
@@ -70,8 +74,6 @@ class TorchReranker:
     @classmethod
     def from_options(cls, options: Mapping[str, Any], seed: int = 42):
         """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
-        from pipeline.training import apply_overrides
-
         reranker = cls(seed=seed)
         apply_overrides(reranker.option_configs(), options)
         return reranker
@@ -106,8 +108,6 @@ class TorchReranker:
         if not pairs:
             return scores
         if not self._threads_set:
-            from pipeline.training import set_threads
-
             set_threads()
             self._threads_set = True
         self.module.eval()
@@ -168,8 +168,6 @@ class WordReranker(TorchReranker):
     def prepare(self, train, dataset) -> None:
         """Vocabulary and IDF over ``dataset``'s documents and queries, embeddings, and a fresh module."""
         import torch
-
-        from .embeddings import load_embeddings
 
         config = self.text_config
         doc_tokens = [self._tokens(doc) for doc in dataset.docs_iter()]
@@ -232,10 +230,8 @@ class WordReranker(TorchReranker):
 
     # -- protocol ----------------------------------------------------------------------------------
     def fit(self, train, dev=None, state_path=None):
-        """Train with :class:`pipeline.training.Trainer` (call :meth:`prepare` first); ``state_path``: where
+        """Train with :class:`rerankers.training.loop.Trainer` (call :meth:`prepare` first); ``state_path``: where
         the per-epoch training state is kept so that an interrupted fit resumes."""
-        from pipeline.training import Trainer
-
         if self.module is None:
             raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
         return Trainer(self, self.train_config, self.seed).fit(train, dev, state_path)
@@ -268,8 +264,6 @@ class WordReranker(TorchReranker):
     def load(cls, path) -> "WordReranker":
         """Read a checkpoint written by :meth:`save`; wrong model, format or weights are a CheckpointError."""
         import torch
-
-        from pipeline.training import TrainConfig
 
         path = Path(path)
         try:

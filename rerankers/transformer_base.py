@@ -5,7 +5,7 @@ dataclass (``model_config_class``), ``build_module(encoder)`` returning a torch 
 pre-trained encoder (:func:`rerankers.encoders.load_encoder`), ``encode(pairs)`` (a batch of tensors) and,
 if scoring is more than ``module(**tensors)``, ``forward(batch)``.
 
-This class does the rest, the same way for both models, and offers what :class:`pipeline.training.Trainer`
+This class does the rest, the same way for both models, and offers what :class:`rerankers.training.loop.Trainer`
 expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward``, ``pair_length``):
 
 * Tokenization with the encoder's own tokenizer (word-piece ids, no special tokens), truncated to
@@ -15,7 +15,7 @@ expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward
 * Special tokens are added from templates probed once from the tokenizer (``[CLS] a [SEP]``,
   ``[CLS] a [SEP] b [SEP]`` for BERT, ``<s> a </s></s> b </s>`` for RoBERTa), so any Hugging Face encoder
   name or local directory works.
-* Training with the project's :class:`~pipeline.training.Trainer`, through a subclass whose ``loss`` adds
+* Training with the project's :class:`~rerankers.training.loop.Trainer`, through a subclass whose ``loss`` adds
   the re-ranker's :meth:`TransformerReranker.auxiliary_loss` (``None`` by default): a model with extra
   training objectives (ADDAX's hashing losses, eq. 15) stores them during ``forward`` and returns them
   there, and the Trainer itself stays generic.
@@ -25,7 +25,7 @@ expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward
   :class:`~pipeline.errors.CheckpointError` naming the file.
 
 Training defaults suit fine-tuning a pre-trained encoder (a small learning rate, gradient clipping at
-1.0), a constant learning rate unless ``schedule``/``warmup`` are set (:class:`~pipeline.training.TrainConfig`);
+1.0), a constant learning rate unless ``schedule``/``warmup`` are set (:class:`~rerankers.training.config.TrainConfig`);
 ``head_learning_rate`` gives the layers around the encoder (parameters outside ``encoder.``) their own step.
 """
 from __future__ import annotations
@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
-from pipeline.atomic import atomic_write
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Query
-from pipeline.training import Trainer
+from pipeline.core.atomic import atomic_write
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.records import Doc, Query
 
 from .encoders import DEFAULT_ENCODER, load_encoder
-from .neural import TorchReranker
+from .neural import PROJECT_VERSION, TorchReranker
+from .training.config import TrainConfig
+from .training.loop import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 class AuxiliaryLossTrainer(Trainer):
-    """The project's :class:`~pipeline.training.Trainer` whose loss also adds the re-ranker's auxiliary
+    """The project's :class:`~rerankers.training.loop.Trainer` whose loss also adds the re-ranker's auxiliary
     loss for the batch just scored (``reranker.auxiliary_loss(number_of_units)``; ``None`` adds nothing)."""
 
     def loss(self, scores, units):
@@ -419,8 +420,6 @@ class TransformerReranker(TorchReranker):
         import torch
         import transformers
 
-        from .neural import PROJECT_VERSION
-
         if self.module is None:
             raise PipelineError(f"{self.name}: nothing to save (not prepared)")
         self._require_float("save")
@@ -446,8 +445,6 @@ class TransformerReranker(TorchReranker):
         """Read a checkpoint written by :meth:`save`; a wrong model, format, encoder or weights is a
         :class:`~pipeline.errors.CheckpointError` naming ``path``."""
         import torch
-
-        from pipeline.training import TrainConfig
 
         path = Path(path)
         try:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.datasets import Dataset
-from pipeline.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.training import RankingData
+from pipeline.core.datasets import Dataset
+from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
+from rerankers.training.data import RankingData
 
 
 def load_benchmark(name: str):
@@ -31,9 +31,9 @@ class TrainingInterrupted(Exception):
 
 
 def interrupt_after_epoch(monkeypatch, epoch: int) -> None:
-    """Make every :class:`~pipeline.training.Trainer` raise :class:`TrainingInterrupted` right after it has
+    """Make every :class:`~rerankers.training.loop.Trainer` raise :class:`TrainingInterrupted` right after it has
     saved the training state of ``epoch`` (undo with ``monkeypatch.undo()``)."""
-    from pipeline.training import Trainer
+    from rerankers.training.loop import Trainer
 
     save_state = Trainer.save_state
 

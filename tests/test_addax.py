@@ -13,9 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Query
-from pipeline.training import RankingData, TrainConfig
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.records import Doc, Query
+from rerankers.training.data import RankingData
+from rerankers.training.config import TrainConfig
 from rerankers import reranker_class
 from rerankers.addax import (
     AddaxAttentionMAGSReranker, AddaxConfig, AddaxNoHashingReranker, AddaxNoHighwayReranker,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import CheckpointError
+from pipeline.core.errors import CheckpointError
 from rerankers.baselines import (
     ConvKNRMConfig,
     ConvKNRMModel,
@@ -383,8 +383,8 @@ FRAMEWORK = {
 
 @pytest.fixture(scope="module")
 def wikiqa_train(data_root):
-    from pipeline.datasets import load_dataset
-    from pipeline.training import RankingData
+    from pipeline.core.datasets import load_dataset
+    from rerankers.training.data import RankingData
 
     dataset = load_dataset("wikiqa")
     train = RankingData.from_dataset(dataset, dataset.splits["train"][:20], dataset.first_stage)
@@ -392,7 +392,7 @@ def wikiqa_train(data_root):
 
 
 def _fixed_set_loss(reranker, units):
-    from pipeline.training import Trainer
+    from rerankers.training.loop import Trainer
 
     reranker.module.eval()
     with torch.no_grad():
@@ -403,7 +403,7 @@ def _fixed_set_loss(reranker, units):
 @pytest.fixture(scope="module", params=sorted(FRAMEWORK))
 def trained(request, wikiqa_train):
     """A re-ranker prepared and fitted on 20 WikiQA training queries, with its fixed-set loss before and after."""
-    from pipeline.training import Trainer
+    from rerankers.training.loop import Trainer
 
     dataset, train = wikiqa_train
     cls, options = FRAMEWORK[request.param]

@@ -14,10 +14,11 @@ import random
 import pytest
 import torch
 
-from pipeline.datasets import Dataset
-from pipeline.errors import PipelineError
-from pipeline.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.training import PerQueryReranker, RankingData, rerank_candidates
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.protocols import PerQueryReranker
+from rerankers.training.data import RankingData, rerank_candidates
 from rerankers import available, reranker_class
 from rerankers.blocks import MaskedBiLSTM
 from tests.helpers import one_torch_thread  # noqa: F401  (autouse fixture)
@@ -185,23 +186,23 @@ class ScoreOnly:
 
 
 def test_rerank_across_queries_equals_query_by_query(dataset, monkeypatch):
-    from pipeline import run as pipeline_run
+    from pipeline import stages
 
     reranker = word_model("hcan", dataset)
-    by_query = pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)
-    monkeypatch.setattr(pipeline_run, "RERANK_CHUNK_PAIRS", 7)   # several chunks of several queries
+    by_query = stages.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)
+    monkeypatch.setattr(stages, "RERANK_CHUNK_PAIRS", 7)   # several chunks of several queries
     for size in (None, 2):
-        together = pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_size=size)
+        together = stages.rerank(reranker, dataset, dataset.first_stage, batch_size=size)
         assert set(together) == set(by_query) == set(dataset.first_stage)
         for query_id, hits in by_query.items():
             assert [h.doc_id for h in together[query_id]] == [h.doc_id for h in hits]
             assert [h.score for h in together[query_id]] == pytest.approx([h.score for h in hits], abs=TOLERANCE)
     plain = ScoreOnly(reranker)
-    assert pipeline_run.rerank(plain, dataset, dataset.first_stage, batch_size=4) == \
-        pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)
+    assert stages.rerank(plain, dataset, dataset.first_stage, batch_size=4) == \
+        stages.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)
     assert plain.calls == len(dataset.first_stage)
     with pytest.raises(PipelineError, match="at least 1"):
-        pipeline_run.rerank(reranker, dataset, dataset.first_stage, batch_size=0)
+        stages.rerank(reranker, dataset, dataset.first_stage, batch_size=0)
 
 
 def test_rerank_candidates_scores_all_dev_queries_in_one_call(dataset):

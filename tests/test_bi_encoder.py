@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.records import Doc, Query
-from pipeline.training import RankingData
+from pipeline.core.records import Doc, Query
+from rerankers.training.data import RankingData
 from rerankers import reranker_class
 from rerankers.bi_encoder import BiEncoderReranker
 from tests.helpers import one_torch_thread, relevant_wins, tiny_dataset  # noqa: F401  (autouse fixture)
@@ -79,7 +79,7 @@ def test_training_learns_and_dev_at_start_keeps_a_better_start(tiny_encoder):
 
 
 def test_dev_at_start_keeps_the_starting_weights_when_no_epoch_beats_them(tiny_encoder, monkeypatch):
-    from pipeline.training import Trainer
+    from rerankers.training.loop import Trainer
 
     dataset = tiny_dataset(WORDS, seed=3, num_queries=12)
     ids = list(dataset.queries)

@@ -25,10 +25,10 @@ from indexes.codes import (
     BatchSampler, CodeOptions, CodeRetriever, TokenCodeEncoder, build_code_index, contrastive_loss, encoder_path,
     index_metadata, index_path, is_complete, maxsim, new_encoder, pack_codes, resolve_training, unpack_codes,
 )
-from pipeline.datasets import Dataset
-from pipeline.errors import PipelineError
-from pipeline.records import Doc, Qrel, Query
-from pipeline.training import seed_everything
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Doc, Qrel, Query
+from pipeline.core.runtime import seed_everything
 from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
 
 WORDS = ("apple river mountain music doctor garden winter ocean teacher window city dog cat bread train forest "
@@ -409,7 +409,7 @@ def test_binary_index_is_much_smaller_than_float(built):
 
 
 def test_trained_retriever_finds_the_relevant_documents(built, dataset):
-    from pipeline.evaluate import evaluate
+    from pipeline.core.evaluation import evaluate
 
     for kind in ("codes", "colbert"):
         run = CodeRetriever(built[kind]).search(dataset.queries.values(), 10)

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Query
-from pipeline.training import RankingData
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.records import Doc, Query
+from rerankers.training.data import RankingData
 from rerankers import reranker_class
 from rerankers.cross_encoder import CrossEncoderReranker
 from rerankers.transformer_base import LRUCache, SpecialTokens

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_located, run_python, write
-from pipeline import datasets
-from pipeline.datasets import Dataset, load_dataset, load_local, pair_dataset, read_pair_folder, trec_dataset
-from pipeline.errors import DataFormatError, DatasetNotFoundError
-from pipeline.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.core import datasets
+from pipeline.core.datasets import Dataset, load_dataset, load_local, pair_dataset, read_pair_folder, trec_dataset
+from pipeline.core.errors import DataFormatError, DatasetNotFoundError
+from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 
 
 def pair_folder(folder: Path, rows: list[tuple[str, str, str, str]]) -> Path:
@@ -295,8 +295,8 @@ CRAN_MD5 = "1730f7be572d95a5a4b56c59a7b900a5"
 
 LOAD_SCRIPT = """
 import json, sys
-from pipeline.datasets import load_dataset
-from pipeline.errors import DatasetNotFoundError
+from pipeline.core.datasets import load_dataset
+from pipeline.core.errors import DatasetNotFoundError
 try:
     d = load_dataset(sys.argv[1])
 except DatasetNotFoundError as error:
@@ -436,7 +436,7 @@ def test_real_trec_directory_is_detected(data_root):
 
 @pytest.mark.slow
 def test_microblog_queries_have_the_official_topic_text(data_root):
-    from pipeline.trec import read_topics
+    from pipeline.core.trec import read_topics
 
     dataset = load_dataset("microblog-2013")
     topics = read_topics(data_root / "trec-microblog-hcan" / "topics-and-qrels" / "topics.microblog2013.txt")
@@ -455,7 +455,7 @@ def test_dl19_docs_come_from_the_shipped_json(data_root):
 
 @pytest.mark.slow
 def test_dl_is_three_years_with_leave_one_year_out_and_its_recipe(data_root):
-    from pipeline.training import make_protocol
+    from pipeline.protocols import make_protocol
 
     dataset = load_dataset("dl")
     assert dataset.recipe.split == "2019" and dataset.recipe.metrics.split()[0] == "nDCG@10"

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from pipeline import evaluate as ev
-from pipeline.errors import PipelineError
-from pipeline.records import Qrel, ScoredDoc
-from pipeline.trec import read_qrels, read_run
+from pipeline.core import evaluation as ev
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Qrel, ScoredDoc
+from pipeline.core.trec import read_qrels, read_run
 
 # ------------------------------------------------------------------------------- published numbers
 
@@ -34,7 +34,7 @@ def test_shipped_microblog_ql_runs(year, data_root):
 
 @pytest.mark.slow
 def test_shipped_microblog_run_through_the_dataset_loader(data_root):
-    from pipeline.datasets import load_dataset
+    from pipeline.core.datasets import load_dataset
 
     dataset = load_dataset("microblog")
     subset = dataset.subset(dataset.splits["2014"])
@@ -45,7 +45,7 @@ def test_shipped_microblog_run_through_the_dataset_loader(data_root):
 
 @pytest.mark.slow
 def test_dl19_shipped_bm25(data_root):
-    from pipeline.datasets import load_dataset
+    from pipeline.core.datasets import load_dataset
 
     dataset = load_dataset("dl19")
     assert round(ev.evaluate(dataset.first_stage, dataset.qrels, "nDCG@10").aggregate["nDCG@10"], 4) == 0.5058

@@ -16,14 +16,16 @@ import pytest
 import torch
 
 from helpers import TrainingInterrupted, interrupt_after_epoch
-from pipeline.datasets import load_dataset, load_local
-from pipeline.errors import CheckpointError, DataFormatError, PipelineError
-from pipeline.evaluate import evaluate
-from pipeline.text import IDFStatistics, Vocabulary, tokenize
-from pipeline.training import (
-    Fold, RankingData, TrainConfig, apply_overrides, cached_checkpoint, checkpoint_path, kfold, learning_rate_factor,
-    make_protocol, parse_overrides, rerank_candidates,
-)
+from pipeline.core.datasets import load_dataset, load_local
+from pipeline.core.errors import CheckpointError, DataFormatError, PipelineError
+from pipeline.core.evaluation import evaluate
+from pipeline.core.text import IDFStatistics, Vocabulary, tokenize
+from pipeline.protocols import Fold, kfold, make_protocol
+from rerankers.training.data import RankingData, rerank_candidates
+from rerankers.training.config import TrainConfig
+from pipeline.core.options import apply_overrides, parse_overrides
+from pipeline.model_cache import cached_checkpoint, checkpoint_path
+from rerankers.training.optim import learning_rate_factor
 from rerankers import available, reranker_class
 from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
 from rerankers.hcan import HCANReranker
@@ -275,7 +277,7 @@ def test_schedule_options_are_validated():
 def test_parameter_groups_give_the_head_its_own_learning_rate():
     import torch.nn as nn
 
-    from pipeline.training import parameter_groups
+    from rerankers.training.optim import parameter_groups
 
     module = nn.ModuleDict({"encoder": nn.Linear(3, 3), "head": nn.Linear(3, 1), "frozen": nn.Linear(3, 1)})
     module["frozen"].weight.requires_grad_(False)
@@ -300,8 +302,8 @@ def test_head_learning_rate_is_refused_for_a_model_without_a_pretrained_encoder(
 
 
 def test_positive_pool_keeps_the_positives_among_the_candidates():
-    from pipeline.records import Doc, Query, ScoredDoc
-    from pipeline.training import Trainer
+    from pipeline.core.records import Doc, Query, ScoredDoc
+    from rerankers.training.loop import Trainer
 
     docs = {d: Doc(d, f"text {d}") for d in ("r1", "r2", "r3", "n1", "n2")}
     data = RankingData({"q": Query("q", "query")},
@@ -342,7 +344,7 @@ def test_same_seed_same_scores_other_seed_other_scores(tiny):
 
 
 def test_reranking_keeps_exactly_the_candidates(tiny):
-    from pipeline.run import rerank
+    from pipeline.stages import rerank
 
     reranker, _, fold = train_tiny(tiny, epochs=1)
     first = {q: tiny.first_stage[q] for q in fold.test}
@@ -561,7 +563,7 @@ def test_default_interpolation_is_tuned_on_dev_queries_never_on_test_queries(tin
 def resumable_fit(dataset, path, **extra):
     """``train_fold`` of the tiny HCAN with dropout and a schedule, so that resuming must restore the random
     generators, the optimizer and the schedule to end with the same weights."""
-    from pipeline.training import train_fold
+    from pipeline.model_cache import train_fold
 
     fold = make_protocol(dataset, None, 7)[0]
     options = {**TINY, "epochs": 4, "patience": 10, "dropout": 0.3, "schedule": "linear", "warmup": 0.2, **extra}
@@ -569,7 +571,7 @@ def resumable_fit(dataset, path, **extra):
 
 
 def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch):
-    from pipeline.training import training_state_path
+    from pipeline.model_cache import training_state_path
 
     straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt")
     assert not training_state_path(tmp_path / "straight.pt").exists()  # removed once the fit ended
@@ -592,7 +594,7 @@ def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_resu
 
 
 def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeypatch):
-    from pipeline.training import training_state_path
+    from pipeline.model_cache import training_state_path
 
     path = tmp_path / "model.pt"
     interrupt_after_epoch(monkeypatch, 1)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 
 from pipeline import fusion
-from pipeline.errors import PipelineError
-from pipeline.records import Qrel, ScoredDoc
-from pipeline.run import append_tail, head, parse_weight
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Qrel, ScoredDoc
+from pipeline.stages import append_tail, head
+from pipeline.run import parse_weight
 
 
 def run(query_id, scores):

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Query
-from pipeline.training import RankingData, parameter_groups
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.records import Doc, Query
+from rerankers.training.data import RankingData
+from rerankers.training.optim import parameter_groups
 from rerankers.cross_encoder import CrossEncoderModel, CrossEncoderReranker, PretrainedHeadModel
 from rerankers.transformer_base import SpecialTokens
 from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401  (autouse fixture)

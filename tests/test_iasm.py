@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import CheckpointError
-from pipeline.training import TrainConfig, Trainer
+from pipeline.core.errors import CheckpointError
+from rerankers.training.config import TrainConfig
+from rerankers.training.loop import Trainer
 from rerankers.iasm import (
     IASMConfig,
     IASMModel,

@@ -11,9 +11,9 @@ from conftest import run_python
 from indexes import BM25Settings, RunRetriever, make_first_stage, resolve_first_stage
 from indexes import lucene
 from indexes.lucene import RM3, BM25Retriever, LuceneOptions, build_index, index_path, is_complete
-from pipeline.datasets import Dataset
-from pipeline.errors import PipelineError
-from pipeline.records import Doc, Query, ScoredDoc
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Doc, Query, ScoredDoc
 
 DOCS = [
     Doc("cat", "the cat sat on the mat and purred at the cat food"),

@@ -8,10 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.datasets import Dataset
-from pipeline.errors import CheckpointError, PipelineError
-from pipeline.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.training import RankingData, TrainConfig
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
+from rerankers.training.data import RankingData
+from rerankers.training.config import TrainConfig
 from rerankers.match_srnn import (
     BiMatchSRNNReranker,
     MatchSRNNConfig,

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from helpers import load_benchmark
-from pipeline.errors import DataFormatError, PipelineError
+from pipeline.core.errors import DataFormatError, PipelineError
 
 merge_rerank_seeds = load_benchmark("merge_rerank_seeds")
 

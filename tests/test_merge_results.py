@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from helpers import load_benchmark
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 
 merge_results = load_benchmark("merge_results")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import CheckpointError
+from pipeline.core.errors import CheckpointError
 from rerankers.mvlstm import (
     AMVLSTMConfig,
     AMVLSTMReranker,

@@ -8,11 +8,11 @@ import stat
 import pytest
 
 from conftest import assert_located, write
-from pipeline import trec
-from pipeline.atomic import atomic_directory, atomic_write
-from pipeline.errors import DataFormatError, PipelineError
-from pipeline.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.textio import iter_lines, read_text
+from pipeline.core import trec
+from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.errors import DataFormatError, PipelineError
+from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.core.textio import iter_lines, read_text
 
 
 def raises_at(path, line, call, *args, **kwargs) -> DataFormatError:

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from .errors import DataFormatError, DatasetNotFoundError
+from .errors import DataFormatError, DatasetNotFoundError, PipelineError
 from .records import Doc, Qrel, Query, Run, ScoredDoc
 from .textio import iter_lines
 from . import trec
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Bumped when loaders change what they produce, so cached indexes built from old output are rebuilt.
 LOADER_VERSION = 1
 
@@ -63,7 +63,7 @@ class Recipe:
     """What a run on a dataset uses when the command line does not say: the protocol's test split, the
     first stage's depth when re-ranking, the metrics (the first is the main one: interpolation weights are
     tuned on it and the report's p-values are read on it) and training options (names of
-    :class:`pipeline.training.TrainConfig` fields; ``--set`` wins). Built-in datasets carry the settings
+    :class:`rerankers.training.config.TrainConfig` fields; ``--set`` wins). Built-in datasets carry the settings
     their papers or their size call for; a user's own dataset gets the general defaults."""
 
     split: str | None = None
@@ -474,7 +474,7 @@ def _dl(year: str) -> Callable[[Path], Dataset]:
 def dl_years(root: Path) -> Dataset:
     """TREC DL 2019, 2020 and 2021 passage as one dataset with one split per year (``2019``, ``2020``,
     ``2021``), like Microblog's: the default protocol trains on two years' graded judgments and re-ranks the
-    third (:func:`pipeline.training.make_protocol`). Query ids and passage ids of the three years are
+    third (:func:`pipeline.protocols.make_protocol`). Query ids and passage ids of the three years are
     disjoint (DL21 passages are MS MARCO v2 ids), so the years are merged as they are."""
     years = {year: _dl(year)(root) for year in DL_YEARS}
     queries: dict[str, Query] = {}
@@ -814,3 +814,13 @@ def _content_digest(resolved: str, size: int, mtime_ns: int) -> str:
     """SHA-1 of one file's bytes, memoised per process on (path, size, mtime)."""
     with open(resolved, "rb") as handle:
         return hashlib.file_digest(handle, "sha1").hexdigest()
+
+
+def select_queries(dataset: Dataset, split: str | None = None) -> list[Query]:
+    """The queries to run: all of them, or one named split's."""
+    if split is None:
+        return list(dataset.queries.values())
+    if split not in dataset.splits:
+        known = ", ".join(dataset.splits) or "none"
+        raise PipelineError(f"dataset {dataset.name!r} has no split {split!r} (its splits: {known})")
+    return [dataset.queries[qid] for qid in dataset.splits[split]]

@@ -1,0 +1,64 @@
+"""``name=value`` options: parsed from ``--set``/``--config`` and applied to configuration dataclasses."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import PipelineError
+
+
+def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> None:
+    """Set ``name=value`` options on whichever config dataclass has the field (values are parsed from
+    strings to the field's type). An option no config knows is an error listing the known ones."""
+    known = {f.name: config for config in configs for f in dataclasses.fields(config)}
+    for name, value in overrides.items():
+        key = name.replace("-", "_")
+        if key not in known:
+            raise PipelineError(f"unknown model option {name!r}; known: {', '.join(sorted(known))}")
+        config = known[key]
+        current = getattr(config, key)
+        setattr(config, key, _coerce(value, current, name))
+        if hasattr(config, "__post_init__"):
+            config.__post_init__()
+
+
+def _coerce(value: Any, current: Any, name: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        if isinstance(current, bool):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+        if isinstance(current, int):
+            return int(value)
+        if isinstance(current, float):
+            return float(value)
+    except ValueError:
+        raise PipelineError(f"option {name}={value!r}: expected a {type(current).__name__}") from None
+    return value
+
+
+def parse_overrides(items: Sequence[str] | None, config_file: str | None = None) -> dict[str, Any]:
+    """``--config FILE`` (JSON or YAML mapping) then ``--set name=value`` items (later ones win)."""
+    options: dict[str, Any] = {}
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise PipelineError(f"{path}: config file not found")
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise PipelineError(f"{path}: not valid JSON/YAML ({error})") from None
+        if not isinstance(loaded, dict):
+            raise PipelineError(f"{path}: expected a mapping of option names to values")
+        options.update(loaded)
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise PipelineError(f"--set {item!r}: expected name=value")
+        options[name.strip()] = value.strip()
+    return options

@@ -1,0 +1,131 @@
+"""Evaluation protocols: which queries train, validate and test each model (a dataset's own splits, a named
+protocol such as Microblog's leave-one-year-out, or k folds by query), and :class:`PerQueryReranker`, which
+sends each test query to the model trained without it."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .core.datasets import Dataset
+from .core.errors import PipelineError
+from .core.records import Doc, Query
+
+
+@dataclass
+class Fold:
+    """Which queries train, validate (early stopping) and get re-ranked by one model."""
+
+    name: str
+    train: list[str]
+    dev: list[str]
+    test: list[str]
+
+
+def hold_out(query_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Split ``query_ids`` into (kept, held out) with ``fraction`` held out, reproducibly for a seed."""
+    ordered = sorted(query_ids)
+    random.Random(seed).shuffle(ordered)
+    count = max(1, round(len(ordered) * fraction)) if len(ordered) > 1 else 0
+    return sorted(ordered[count:]), sorted(ordered[:count])
+
+
+def kfold(query_ids: Sequence[str], k: int, seed: int, dev_fraction: float = 0.15) -> list[Fold]:
+    """``k`` folds by query; each fold's model trains on the other folds minus ``dev_fraction`` held out."""
+    if k < 2 or len(query_ids) < k:
+        raise PipelineError(f"k-fold needs k >= 2 and at least k queries (k={k}, {len(query_ids)} queries)")
+    ordered = sorted(query_ids)
+    random.Random(seed).shuffle(ordered)
+    folds = []
+    for index in range(k):
+        test = sorted(ordered[index::k])
+        rest = [q for q in ordered if q not in set(test)]
+        train, dev = hold_out(rest, dev_fraction, seed + index)
+        folds.append(Fold(f"fold{index + 1}of{k}", train, dev, test))
+    return folds
+
+
+def make_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: int = 5,
+                  dev_fraction: float = 0.15) -> list[Fold]:
+    """The folds for ``dataset`` when re-ranking ``test_split`` (``None``: all queries).
+
+    * a dataset with a ``train`` split: train on it; validate on ``dev`` (or the ``*-dev`` split matching
+      ``raw-``/``clean-`` test splits), else on ``dev_fraction`` of train; test on ``test_split``
+      (default ``test``);
+    * a dataset whose splits are peers (Microblog years): test on ``test_split``, train on the other
+      splits with ``dev_fraction`` of their queries held out for validation (HCAN's protocol);
+    * no splits (Cranfield, Vaswani, NFCorpus): ``folds``-fold cross-validation by query.
+    """
+    splits = dataset.splits
+    if "train" in splits:
+        test_name = test_split or ("test" if "test" in splits else None)
+        if test_name is None or test_name not in splits:
+            raise PipelineError(f"dataset {dataset.name!r}: choose a test split with --split ({', '.join(splits)})")
+        if test_name == "train":
+            raise PipelineError("cannot test on the training split")
+        prefix = test_name.split("-")[0] + "-" if "-" in test_name else ""
+        # never the test split itself: the dev queries choose epochs and interpolation weights
+        dev_name = next((n for n in (f"{prefix}dev", "dev") if n in splits and n != test_name), None)
+        if dev_name:
+            train, dev = splits["train"], splits[dev_name]
+        else:
+            train, dev = hold_out(splits["train"], dev_fraction, seed)
+        return [Fold(test_name, list(train), list(dev), list(splits[test_name]))]
+    if splits and test_split:
+        if test_split not in splits:
+            raise PipelineError(f"dataset {dataset.name!r} has no split {test_split!r} ({', '.join(splits)})")
+        rest = [q for name, qids in splits.items() if name != test_split for q in qids]
+        if not rest:
+            return kfold(splits[test_split], folds, seed, dev_fraction)
+        train, dev = hold_out(rest, dev_fraction, seed)
+        return [Fold(test_split, train, dev, list(splits[test_split]))]
+    query_ids = list(dataset.queries) if not test_split else dataset.splits.get(test_split, [])
+    return kfold(query_ids, folds, seed, dev_fraction)
+
+
+class PerQueryReranker:
+    """Dispatches each query to the model trained without it (k-fold): ``score`` looks up the query id."""
+
+    def __init__(self, name: str, models: Mapping[str, Any]):
+        self.name = name
+        self.models = dict(models)
+
+    def _model(self, query: Query):
+        if query.query_id not in self.models:
+            raise PipelineError(f"no model was trained for query {query.query_id!r}'s fold")
+        return self.models[query.query_id]
+
+    def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None):
+        """Scores of ``docs`` for ``query`` by the model that did not see ``query``."""
+        return self.score_many([(query, docs)], batch_size)[0]
+
+    def score_many(self, items: Sequence[tuple[Query, Sequence[Doc]]],
+                   batch_size: int | None = None) -> list[list[float]]:
+        """Scores of every ``(query, docs)`` item: the items are grouped by the model that did not see their
+        query, and each model scores its group in one ``score_many`` call (batches filled across queries);
+        a model without ``score_many`` scores query by query. Lists come back in the items' order."""
+        groups: dict[int, list[int]] = {}
+        models: dict[int, Any] = {}
+        for position, (query, _) in enumerate(items):
+            model = self._model(query)
+            groups.setdefault(id(model), []).append(position)
+            models[id(model)] = model
+        scores: list[list[float]] = [[] for _ in items]
+        for key, positions in groups.items():
+            model, group = models[key], [items[p] for p in positions]
+            if hasattr(model, "score_many"):
+                scored = model.score_many(group, batch_size)
+            else:
+                scored = [model.score(query, docs) for query, docs in group]
+            for position, values in zip(positions, scored):
+                scores[position] = list(values)
+        return scores
+
+    def quantize_int8(self) -> "PerQueryReranker":
+        """Quantize every fold's model for int8 CPU scoring (see ``TransformerReranker.quantize_int8``); a
+        model that cannot be quantized is a :class:`~pipeline.errors.PipelineError`."""
+        for model in {id(m): m for m in self.models.values()}.values():
+            if not hasattr(model, "quantize_int8"):
+                raise PipelineError(f"{self.name}: int8 scoring is for the transformer re-rankers")
+            model.quantize_int8()
+        return self

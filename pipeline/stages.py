@@ -1,0 +1,96 @@
+"""The two steps of a pipeline as functions: :func:`retrieve` (a first stage) and :func:`rerank` (a re-ranker
+over its candidates), with :func:`head` and :func:`append_tail` for re-ranking only the top of each list."""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from indexes import make_first_stage
+
+from .core.datasets import Dataset
+from .core.errors import PipelineError
+from .core.records import Query, Run, ScoredDoc
+
+log = logging.getLogger("pipeline.stages")
+
+
+def retrieve(dataset: Dataset, first_stage: str = "auto", k: int = 1000, queries: Sequence[Query] | None = None,
+             settings=None) -> Run:
+    """Run the first stage (see :func:`indexes.make_first_stage`) for ``queries`` (default: all)."""
+    retriever = make_first_stage(first_stage, dataset, settings)
+    return retriever.search(queries if queries is not None else dataset.queries.values(), k)
+
+
+#: pairs per ``score_many`` call in :func:`rerank`: many scoring batches' worth, so that each batch is filled
+#: with pairs of about one length, and few enough that the progress bar moves
+RERANK_CHUNK_PAIRS = 4096
+
+
+def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, batch_size: int | None = None) -> Run:
+    """Re-score every query's first-stage candidates with ``reranker`` (``None`` returns ``first`` unchanged).
+
+    The result holds exactly the first stage's candidates for each query, with the re-ranker's scores.
+    With ``batch_queries`` and a re-ranker that has ``score_many``, the queries are scored together, in
+    chunks of about :data:`RERANK_CHUNK_PAIRS` pairs, each chunk's pairs batched across its queries (full
+    batches of pairs of about one length instead of one batch per query); otherwise query by query.
+    ``batch_size`` is the scoring batch in pairs (default: the model's ``score_batch_size``); it changes the
+    speed and memory of scoring, not the scores, and is not part of any model.
+    """
+    if reranker is None:
+        return first
+    if batch_size is not None and batch_size < 1:
+        raise PipelineError(f"the scoring batch size must be at least 1, got {batch_size}")
+    store = dataset.doc_store()
+    for query_id, hits in first.items():
+        missing = [h.doc_id for h in hits if h.doc_id not in store]
+        if missing:
+            raise PipelineError(f"query {query_id!r}: first-stage doc {missing[0]!r} is not in {dataset.name!r}")
+    score_many = getattr(reranker, "score_many", None)
+    if score_many is None and batch_size:
+        log.warning("%s scores query by query; the scoring batch size %d does not apply", reranker.name, batch_size)
+    limit = max(RERANK_CHUNK_PAIRS, 8 * (batch_size or 0)) if batch_queries and score_many is not None else 0
+    chunks: list[list[str]] = [[]]
+    pairs = 0
+    for query_id, hits in first.items():
+        if chunks[-1] and pairs + len(hits) > limit:
+            chunks.append([])
+            pairs = 0
+        chunks[-1].append(query_id)
+        pairs += len(hits)
+    result: Run = {}
+    with tqdm(total=len(first), desc=f"re-ranking with {reranker.name}", unit="query") as bar:
+        for chunk in filter(None, chunks):
+            items = [(dataset.queries[q], [store[h.doc_id] for h in first[q]]) for q in chunk]
+            if score_many is None:
+                scored = [reranker.score(query, docs) for query, docs in items]
+            else:
+                scored = score_many(items) if batch_size is None else score_many(items, batch_size=batch_size)
+            for query_id, scores in zip(chunk, scored):
+                hits = first[query_id]
+                if len(scores) != len(hits):
+                    raise PipelineError(f"{reranker.name} returned {len(scores)} scores for {len(hits)} candidates")
+                result[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
+            bar.update(len(chunk))
+    return result
+
+
+def head(first: Run, depth: int) -> Run:
+    """Each query's top ``depth`` first-stage candidates (``depth`` 0: all of them)."""
+    return first if depth <= 0 else {query_id: hits[:depth] for query_id, hits in first.items()}
+
+
+def append_tail(reranked: Run, first: Run) -> Run:
+    """``reranked`` (each query's re-scored head) followed by the rest of that query's first-stage
+    candidates in first-stage order, scored strictly below the head, so a run re-ranked to depth D still
+    holds all k candidates (MAP over the full depth stays comparable with the first stage's)."""
+    result: Run = {}
+    for query_id, hits in reranked.items():
+        ranked = sorted(hits, key=lambda h: (-h.score, h.doc_id))
+        seen = {h.doc_id for h in ranked}
+        floor = min((h.score for h in ranked), default=0.0)
+        tail = [h for h in first.get(query_id, []) if h.doc_id not in seen]
+        result[query_id] = ranked + [ScoredDoc(query_id, h.doc_id, floor - 1.0 - rank)
+                                     for rank, h in enumerate(tail)]
+    return result

@@ -1,0 +1,311 @@
+"""The training loop of every trainable re-ranker: :class:`Trainer`.
+
+Losses: pointwise (binary cross-entropy; HCAN's two-class NLL is the same thing on the logit difference),
+pairwise hinge, or softmax cross-entropy over one positive and sampled negatives; negatives sampled from the
+first-stage candidates; length-bucketed batches; gradient clipping; early stopping on a dev metric computed
+with ir-measures; seeds; AMP and device selection for GPUs; tqdm bars and one log line per epoch; a
+per-epoch training state so that an interrupted training resumes.
+
+A trainable re-ranker offers, besides the :class:`rerankers.Reranker` protocol: ``module`` (a torch
+module), ``prepare(train, dataset)`` (vocabulary, embeddings, module), ``encode(pairs)`` (a batch of
+tensors), ``forward(batch)`` (scores ``[B]``) and ``pair_length(query, doc)`` (for bucketing).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipeline.core.atomic import atomic_write
+from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.evaluation import evaluate
+from pipeline.core.records import Doc, Query
+from pipeline.core.runtime import resolve_device, seed_everything, set_threads
+
+from .config import TrainConfig
+from .data import RankingData, rerank_candidates
+from .optim import learning_rate_factor, parameter_groups
+
+log = logging.getLogger("rerankers.training")
+
+
+@dataclass
+class EpochLog:
+    """One epoch's summary."""
+
+    epoch: int
+    loss: float
+    dev_score: float | None
+    seconds: float
+    examples: int
+    learning_rate: float | None = None  # the last step's learning rate (changes only with a schedule)
+
+
+@dataclass
+class TrainReport:
+    """What :meth:`Trainer.fit` did: per-epoch logs and the epoch whose weights were kept."""
+
+    epochs: list[EpochLog] = field(default_factory=list)
+    best_epoch: int = 0
+    best_dev_score: float | None = None
+    stopped_early: bool = False
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Trainer:
+    """Trains a prepared re-ranker's module (see the module docstring for what the re-ranker offers)."""
+
+    def __init__(self, reranker, config: TrainConfig, seed: int = 42):
+        self.reranker = reranker
+        self.config = config
+        self.seed = seed
+
+    # -- examples ------------------------------------------------------------------------------
+    def epoch_units(self, data: RankingData, rng: random.Random) -> list[tuple[Query, list[Doc], list[float]]]:
+        """One epoch of training units: ``(query, docs, labels)``.
+
+        pointwise: one unit per document (a positive, or one of ``negatives`` sampled per positive);
+        hinge: ``(positive, negative)`` pairs; softmax: one positive and ``negatives`` negatives.
+        Queries without a positive or without a negative teach nothing and are skipped.
+        """
+        config = self.config
+        units = []
+        for query_id in sorted(data.queries):
+            positives = data.positives(query_id, config.positive_pool, config.positive_relevance)
+            negatives = data.negatives(query_id)
+            if not positives or not negatives:
+                continue
+            query = data.queries[query_id]
+            for positive in positives:
+                sampled = [negatives[rng.randrange(len(negatives))] for _ in range(config.negatives)]
+                pos_doc, neg_docs = data.docs[positive], [data.docs[n] for n in sampled]
+                if config.loss == "pointwise":
+                    units.append((query, [pos_doc], [1.0]))
+                    units.extend((query, [doc], [0.0]) for doc in neg_docs)
+                elif config.loss == "hinge":
+                    units.extend((query, [pos_doc, doc], [1.0, 0.0]) for doc in neg_docs)
+                else:
+                    units.append((query, [pos_doc, *neg_docs], [1.0] + [0.0] * len(neg_docs)))
+        rng.shuffle(units)
+        if config.max_examples_per_epoch and len(units) > config.max_examples_per_epoch:
+            units = units[: config.max_examples_per_epoch]
+        return units
+
+    def batches(self, units: list, rng: random.Random) -> list[list]:
+        """Length-bucketed batches: units sorted by length within buckets of ``bucket_batches`` batches,
+        so a batch pads little, then the batches are shuffled."""
+        size = max(1, self.config.batch_size if self.config.loss == "pointwise" else
+                   self.config.batch_size // max(1, len(units[0][1]) if units else 1))
+        bucket = size * max(1, self.config.bucket_batches)
+        batches = []
+        for start in range(0, len(units), bucket):
+            chunk = sorted(units[start : start + bucket],
+                           key=lambda u: max(self.reranker.pair_length(u[0], d) for d in u[1]))
+            batches.extend(chunk[i : i + size] for i in range(0, len(chunk), size))
+        rng.shuffle(batches)
+        return batches
+
+    def loss(self, scores, units):
+        """The configured loss for a batch's flat ``scores`` (units in order)."""
+        import torch
+        import torch.nn.functional as F
+
+        if self.config.loss == "pointwise":
+            labels = torch.tensor([u[2][0] for u in units], dtype=scores.dtype, device=scores.device)
+            return F.binary_cross_entropy_with_logits(scores, labels)
+        grouped = scores.view(len(units), -1)
+        if self.config.loss == "hinge":
+            return torch.clamp(self.config.margin - grouped[:, 0] + grouped[:, 1], min=0).mean()
+        target = torch.zeros(len(units), dtype=torch.long, device=scores.device)
+        return F.cross_entropy(grouped, target)
+
+    # -- fitting ---------------------------------------------------------------------------------
+    def fit(self, train: RankingData, dev: RankingData | None = None,
+            state_path: str | Path | None = None) -> TrainReport:
+        """Train for ``epochs`` (early stopping on ``dev``'s metric); the best epoch's weights are kept.
+
+        With ``state_path``, the whole training state (weights, best weights, optimizer, schedule, random
+        generators, report) is written there atomically after every epoch, and a fit that finds the file
+        goes on from the epoch after the last one saved: an interrupted run resumes and ends with the same
+        weights as an uninterrupted one. The file is deleted when the fit ends.
+        """
+        import torch
+        from tqdm.auto import tqdm
+
+        config = self.config
+        set_threads()
+        seed_everything(self.seed)
+        rng = random.Random(self.seed)
+        device = resolve_device(config.device)
+        module = self.reranker.module
+        module.to(device)
+        self.reranker.device = device
+        groups = parameter_groups(module, getattr(self.reranker, "pretrained_prefixes", ()),
+                                  config.learning_rate, config.head_learning_rate)
+        parameters = [p for group in groups for p in group["params"]]
+        if config.optimizer == "sgd":
+            optimizer = torch.optim.SGD(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
+        elif config.optimizer == "adamw":
+            optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
+        else:
+            optimizer = torch.optim.Adam(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
+        use_amp = config.amp and device.type == "cuda"
+        scheduler, last_learning_rate, total_steps = None, config.learning_rate, 0
+        report = TrainReport()
+        best_state, best_score, stale, done = None, -math.inf, 0, 0
+        state_path = Path(state_path) if state_path is not None else None
+        saved = self.load_state(state_path) if state_path is not None and state_path.is_file() else None
+        if saved is not None:
+            module.load_state_dict(saved["module"])
+            total_steps = saved["total_steps"]
+            if total_steps:
+                scheduler = self.make_scheduler(optimizer, total_steps)
+                scheduler.load_state_dict(saved["scheduler"])
+            # after the scheduler: the optimizer's state holds the learning rates the schedule had reached
+            optimizer.load_state_dict(saved["optimizer"])
+            report = TrainReport(**{**saved["report"], "epochs": [EpochLog(**e) for e in saved["report"]["epochs"]]})
+            best_state, best_score, stale, done = saved["best_state"], saved["best_score"], saved["stale"], saved["epoch"]
+            last_learning_rate = optimizer.param_groups[0]["lr"]
+            self.restore_generators(saved["generators"], rng)
+            log.warning("%s: resuming after epoch %d/%d from %s", self.reranker.name, done, config.epochs, state_path)
+        elif config.dev_at_start and dev is not None and dev.queries:
+            # epoch 0: the weights training starts from compete with every epoch for the dev metric
+            best_score = self.evaluate(dev)
+            best_state = copy.deepcopy(module.state_dict())
+            report.best_epoch, report.best_dev_score = 0, best_score
+            log.warning("%s before training: dev %s %.4f", self.reranker.name, config.dev_metric, best_score)
+        for epoch in range(done + 1, config.epochs + 1):
+            started = time.perf_counter()
+            module.train()
+            units = self.epoch_units(train, rng)
+            if not units:
+                raise PipelineError("no training examples: the training queries need judged-relevant and "
+                                    "non-relevant candidates")
+            total, count = 0.0, 0
+            batches = self.batches(units, rng)
+            if scheduler is None and (config.schedule != "constant" or config.warmup > 0):
+                # every epoch has as many units (hence batches) as the first: the run's length is known here
+                total_steps = len(batches) * config.epochs
+                scheduler = self.make_scheduler(optimizer, total_steps)
+            bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", unit="batch", leave=False)
+            for batch_units in bar:
+                pairs = [(query, doc) for query, docs, _ in batch_units for doc in docs]
+                batch = self.reranker.encode(pairs)
+                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+                    scores = self.reranker.forward(batch)
+                loss = self.loss(scores.float(), batch_units)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
+                optimizer.step()
+                last_learning_rate = optimizer.param_groups[0]["lr"]
+                if scheduler is not None:
+                    scheduler.step()
+                total += float(loss.detach()) * len(batch_units)
+                count += len(batch_units)
+                bar.set_postfix(loss=f"{total / count:.4f}")
+            dev_score = self.evaluate(dev) if dev is not None and dev.queries else None
+            entry = EpochLog(epoch, total / max(1, count), dev_score, time.perf_counter() - started, count,
+                             last_learning_rate)
+            report.epochs.append(entry)
+            improved = dev_score is None or dev_score > best_score
+            if improved:
+                best_score = dev_score if dev_score is not None else best_score
+                best_state = copy.deepcopy(module.state_dict())
+                report.best_epoch, report.best_dev_score, stale = epoch, dev_score, 0
+            else:
+                stale += 1
+            dev_text = "" if dev_score is None else (
+                f" dev {config.dev_metric} {dev_score:.4f} (best {best_score:.4f} @ {report.best_epoch})")
+            log.warning("%s epoch %d/%d loss %.4f%s %d examples %.1f s", self.reranker.name, epoch, config.epochs,
+                        entry.loss, dev_text, count, entry.seconds)
+            if dev_score is not None and stale >= config.patience:
+                report.stopped_early = True
+                break
+            if state_path is not None and epoch < config.epochs:
+                self.save_state(state_path, {
+                    "epoch": epoch, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "total_steps": total_steps, "report": dataclasses.asdict(report), "best_state": best_state,
+                    "best_score": best_score, "stale": stale, "generators": self.generator_states(rng)})
+        if best_state is not None:
+            module.load_state_dict(best_state)
+        module.eval()
+        if state_path is not None:
+            state_path.unlink(missing_ok=True)
+        return report
+
+    # -- resuming --------------------------------------------------------------------------------
+    def make_scheduler(self, optimizer, total_steps: int):
+        """The learning-rate schedule over ``total_steps`` optimizer steps."""
+        import torch
+
+        config = self.config
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate_factor(
+            step, total_steps, config.schedule, config.warmup))
+
+    def state_identity(self) -> dict:
+        """What a saved training state must have been written for: re-ranker, seed and training options
+        (the device may change between runs)."""
+        options = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "device"}
+        return {"reranker": self.reranker.name, "seed": self.seed, "config": options}
+
+    @staticmethod
+    def generator_states(rng: random.Random) -> dict:
+        """The states of every random generator training draws from."""
+        import numpy as np
+        import torch
+
+        states = {"loop": rng.getstate(), "python": random.getstate(), "numpy": np.random.get_state(),
+                  "torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+        return states
+
+    @staticmethod
+    def restore_generators(states: Mapping[str, Any], rng: random.Random) -> None:
+        """Put back the generator states :meth:`generator_states` took."""
+        import numpy as np
+        import torch
+
+        rng.setstate(states["loop"])
+        random.setstate(states["python"])
+        np.random.set_state(states["numpy"])
+        torch.set_rng_state(states["torch"])
+        if "cuda" in states and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(states["cuda"])
+
+    def save_state(self, path: Path, state: dict) -> None:
+        """Write one epoch's training state to ``path`` atomically."""
+        import torch
+
+        with atomic_write(path, "wb") as handle:
+            torch.save({"identity": self.state_identity(), **state}, handle)
+
+    def load_state(self, path: Path) -> dict:
+        """A training state written by :meth:`save_state` for this very training, or a clear error."""
+        import torch
+
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as error:  # noqa: BLE001 - any unreadable file gets the same message
+            raise CheckpointError(f"{path}: unreadable training state ({error}); delete it to start over") from error
+        if not isinstance(state, dict) or state.get("identity") != self.state_identity():
+            found = state.get("identity") if isinstance(state, dict) else None
+            raise CheckpointError(f"{path}: training state of another training ({found}), expected "
+                                  f"{self.state_identity()}; delete it to start over")
+        return state
+
+    def evaluate(self, data: RankingData) -> float:
+        """The dev metric (ir-measures) of re-ranking ``data``'s candidates with the current weights."""
+        run = rerank_candidates(self.reranker, data, self.config.dev_depth)
+        return evaluate(run, data.qrels_list(), self.config.dev_metric).aggregate[self.config.dev_metric]

@@ -1,0 +1,117 @@
+"""The import graph of the project's packages: layers and no circles.
+
+Layers, bottom to top:
+
+1. ``pipeline.core``: records, errors, atomic writes, TREC and text I/O, datasets, evaluation, options and
+   runtime settings. Imports nothing else of the project.
+2. ``rerankers`` (models, their shared blocks and the training loop they fit with), then ``indexes`` (first
+   stages; the code index's token encoder reuses the re-rankers' encoder and blocks). Both import only
+   ``pipeline.core`` and the layers below them.
+3. The experiment layer: every other ``pipeline`` module (protocols, model cache, fusion, run, CLIs).
+
+Every import counts, also one written inside a function (lazy imports keep heavy libraries out of start-up,
+but never break a circle).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("pipeline", "indexes", "rerankers")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module ``name`` refers to (a module, or the module defining an imported name)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            # ``from package import submodule`` imports the submodule; ``from module import name`` the module
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            resolved = resolve(target, modules)
+            if resolved is not None and resolved != name:
+                found.add(resolved)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def layer(module: str) -> int:
+    if module == "pipeline" or module.startswith("pipeline.core"):
+        return 0
+    if module.startswith("rerankers"):
+        return 1
+    if module.startswith("indexes"):
+        return 2
+    return 3
+
+
+def test_each_layer_imports_only_the_layers_below_it(graph):
+    upward = sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                    if layer(target) > layer(source))
+    assert upward == []
+
+
+def test_the_runtime_settings_are_a_leaf(graph):
+    assert graph["pipeline.core.runtime"] == set()
+
+
+def test_no_import_circles(graph):
+    cycles = []
+    state: dict[str, int] = {}                       # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(stack[stack.index(target):] + [target]))
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == []
+
+
+def test_the_graph_sees_lazy_and_relative_imports(graph):
+    # the checker itself: a function-level import and a relative one are edges
+    assert "pipeline.core.errors" in graph["pipeline.core.trec"]
+    assert "rerankers.training.loop" in graph["rerankers.neural"]
+    assert "indexes.lucene" in graph["indexes"]
