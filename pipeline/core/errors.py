@@ -25,3 +25,8 @@ class DatasetNotFoundError(PipelineError, LookupError):
 
 class CheckpointError(PipelineError):
     """A model checkpoint that is unreadable or does not match the code or the requested model."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """A bad option (command line, ``--set``, a config file or an API argument): names the option, the value
+    and what is allowed. Raised before any retrieval or training starts."""
