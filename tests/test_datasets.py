@@ -1,5 +1,6 @@
-"""Dataset loading (pipeline.datasets): the pair format in its three id.txt layouts, manifests, layout
-detection, missing datasets, the ir_datasets path with an offline mirror, and (with the real data) the
+"""Dataset loading (pipeline.core.datasets): the pair format in its three id.txt layouts, manifests (their
+paths confined to the dataset directory), layout detection, missing datasets, names added in process and by
+an installed package's entry point, the ir_datasets path with an offline mirror, and (with the real data) the
 counts every built-in dataset must have."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ import pytest
 from conftest import assert_located, run_python, write
 from pipeline.core import datasets
 from pipeline.core.datasets import Dataset, load_dataset, load_local, pair_dataset, read_pair_folder, trec_dataset
-from pipeline.core.errors import DataFormatError, DatasetNotFoundError
+from pipeline.core.datasets import registry
+from pipeline.core.errors import ConfigError, DataFormatError, DatasetNotFoundError, PipelineError
+from pipeline.core.plugins import Registry
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 
 
@@ -250,16 +254,180 @@ def test_subset_restricts_queries_qrels_splits_and_run(tmp_path):
     assert list(small.first_stage) == ["2"] and len(dataset.queries) == 2
 
 
+# ------------------------------------------------------------------------- manifest confinement
+
+SECRET = "TOP-SECRET first line of a file outside the dataset"
+
+
+def dataset_beside_a_secret(tmp_path: Path) -> tuple[Path, Path]:
+    """A small TREC dataset directory and, beside it (outside), a file the manifest must not reach."""
+    root = small_trec_collection(tmp_path / "data")
+    secret = write(tmp_path / "outside" / "secret.txt", SECRET + "\n")
+    return root, secret
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"topics": "../../../../etc/passwd"}, "topics"),
+    ({"topics": "../outside/secret.txt"}, "topics"),
+    ({"qrels": "sub/../../outside/secret.txt"}, "qrels"),
+    ({"docs": ["docs.trec", "../outside/secret.txt"]}, "docs[1]"),
+    ({"run": "ABSOLUTE"}, "run"),
+])
+def test_manifest_paths_cannot_leave_the_dataset_directory(tmp_path, fields, field):
+    root, secret = dataset_beside_a_secret(tmp_path)
+    spec = {"format": "trec", "topics": "topics.txt", "qrels": "qrels.txt", "docs": "docs.trec"}
+    spec.update({key: str(secret) if value == "ABSOLUTE" else value for key, value in fields.items()})
+    manifest = write(root / "dataset.json", json.dumps(spec))
+    with pytest.raises(DataFormatError) as info:
+        load_dataset(str(root))
+    assert_located(info.value, manifest, None)
+    message = str(info.value)
+    assert f"field {field!r}" in message and "outside the dataset directory" in message
+    assert SECRET not in message and "root:" not in message  # nothing of the outside file is read or quoted
+
+
+def test_manifest_path_through_a_symlink_out_of_the_directory(tmp_path):
+    root, secret = dataset_beside_a_secret(tmp_path)
+    (root / "linked-topics.txt").symlink_to(secret)
+    manifest = write(root / "dataset.json", json.dumps({"format": "trec", "topics": "linked-topics.txt",
+                                                        "docs": "docs.trec"}))
+    with pytest.raises(DataFormatError, match="field 'topics'") as info:
+        load_local(root)
+    assert_located(info.value, manifest, None)
+    assert SECRET not in str(info.value)
+
+
+def test_pair_manifest_split_folder_cannot_leave_the_directory(tmp_path):
+    pair_folder(tmp_path / "elsewhere", [("q a", "d", "1", "1")])
+    manifest = write(tmp_path / "data" / "dataset.json", json.dumps({"format": "pair", "splits": {"train": "../elsewhere"}}))
+    with pytest.raises(DataFormatError, match="field 'splits.train'") as info:
+        load_local(tmp_path / "data")
+    assert_located(info.value, manifest, None)
+
+
+def test_manifest_paths_that_stay_inside_are_followed(tmp_path):
+    root = small_trec_collection(tmp_path / "data")
+    write(root / "sub" / "docs.trec", (root / "docs.trec").read_text())
+    write(root / "dataset.json", json.dumps({"format": "trec", "topics": "./topics.txt", "qrels": "sub/../qrels.txt",
+                                             "docs": "sub/docs.trec"}))
+    dataset = load_local(root)
+    assert set(dataset.queries) == {"1", "2", "3"} and len(dataset.doc_store()) == 2
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"format": "trec", "topics": 5, "docs": "docs.trec"}, "field 'topics' must be a path"),
+    ({"format": "trec", "topics": "topics.txt", "docs": [["docs.trec"]]}, "field 'docs[0]' must be a path"),
+    ({"format": "trec", "name": "", "topics": "topics.txt", "docs": "docs.trec"}, "field 'name'"),
+    (["format", "trec"], "expected a JSON object"),
+])
+def test_manifest_fields_of_the_wrong_type(tmp_path, spec, message):
+    root = small_trec_collection(tmp_path / "data")
+    manifest = write(root / "dataset.json", json.dumps(spec))
+    with pytest.raises(DataFormatError, match=message.replace("[", r"\[").replace("]", r"\]")) as info:
+        load_local(root)
+    assert_located(info.value, manifest, None)
+
+
+# ------------------------------------------------------------------------- datasets from plugins
+
+
+def tiny_dataset(name: str = "tiny") -> Dataset:
+    """A one-query dataset built in memory (what a plugin's loader returns)."""
+    docs = [Doc("d1", "cats purr"), Doc("d2", "dogs bark")]
+    return Dataset(name, {"1": Query("1", "cats")}, [Qrel("1", "d1", 1)], lambda: docs, f"fp-{name}")
+
+
+@pytest.fixture
+def fresh_plugins(monkeypatch):
+    """An empty in-process dataset registry for one test (registrations do not leak into other tests)."""
+    plugins = Registry("dataset", datasets.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "DATASET_PLUGINS", plugins)
+    return plugins
+
+
+def test_register_dataset_in_process(fresh_plugins):
+    datasets.register_dataset("my-tiny", lambda: tiny_dataset("my-tiny"))
+    assert "my-tiny" in datasets.known_datasets()
+    dataset = load_dataset("my-tiny")
+    assert dataset.name == "my-tiny" and list(dataset.queries) == ["1"] and len(dataset.doc_store()) == 2
+    datasets.register_dataset("by-path", "tests.test_datasets:tiny_dataset")  # "module:function", lazily
+    assert load_dataset("by-path").name == "tiny"
+
+
+def test_register_dataset_refusals(fresh_plugins):
+    with pytest.raises(ConfigError, match="built-in"):
+        datasets.register_dataset("wikiqa", tiny_dataset)
+    with pytest.raises(ConfigError, match="module:function"):
+        datasets.register_dataset("x", "no_colon_here")
+    with pytest.raises(ConfigError, match="function"):
+        datasets.register_dataset("x", 42)
+    with pytest.raises(ConfigError, match="name"):
+        datasets.register_dataset(" padded ", tiny_dataset)
+    datasets.register_dataset("taken", tiny_dataset)
+    datasets.register_dataset("taken", tiny_dataset)  # the same loader again is fine
+    with pytest.raises(PipelineError, match="already registered"):
+        datasets.register_dataset("taken", lambda: tiny_dataset())
+
+
+def test_a_loader_that_returns_no_dataset(fresh_plugins):
+    datasets.register_dataset("not-a-dataset", lambda: {"queries": []})
+    with pytest.raises(ConfigError, match="returned a dict, not a pipeline.core.datasets.Dataset"):
+        load_dataset("not-a-dataset")
+
+
+def install_throwaway_package(site: Path, entry_points: str) -> None:
+    """An installed distribution ``foo`` 0.1 in ``site``: its metadata, entry points and module ``foo_datasets``."""
+    write(site / "foo-0.1.dist-info" / "METADATA", "Metadata-Version: 2.1\nName: foo\nVersion: 0.1\n")
+    write(site / "foo-0.1.dist-info" / "entry_points.txt", entry_points)
+    write(site / "foo_datasets.py",
+          "from pipeline.core.datasets import Dataset\n"
+          "from pipeline.core.records import Doc, Qrel, Query\n\n\n"
+          "def foo_news():\n"
+          "    docs = [Doc('n1', 'rain in spain'), Doc('n2', 'sun in rome')]\n"
+          "    return Dataset('foo-news', {'q1': Query('q1', 'spain')}, [Qrel('q1', 'n1', 1)], lambda: docs,\n"
+          "                   'foo-news-v1', splits={'test': ['q1']})\n")
+
+
+def test_dataset_from_an_installed_packages_entry_point(tmp_path, monkeypatch, fresh_plugins):
+    site = tmp_path / "site"
+    install_throwaway_package(site, "[neural_rerank.datasets]\nfoo-news = foo_datasets:foo_news\n"
+                                    "wikiqa = foo_datasets:foo_news\nfoo-broken = foo_missing:nothing\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "foo_datasets", raising=False)
+    try:
+        names = datasets.known_datasets()
+        assert "foo-news" in names and "foo-broken" in names and names.count("wikiqa") == 1
+        assert "foo_datasets" not in sys.modules  # listing the names imports no plugin
+        dataset = load_dataset("foo-news")
+        assert "foo_datasets" in sys.modules
+        assert dataset.name == "foo-news" and dataset.splits == {"test": ["q1"]}
+        assert [doc.doc_id for doc in dataset.docs_iter()] == ["n1", "n2"]
+        with pytest.raises(PipelineError) as info:  # a broken plugin names its package and target
+            load_dataset("foo-broken")
+        assert "foo" in str(info.value) and "foo_missing:nothing" in str(info.value)
+    finally:
+        sys.modules.pop("foo_datasets", None)
+
+
+def test_a_builtin_name_wins_over_an_entry_point(tmp_path, monkeypatch, fresh_plugins):
+    install_throwaway_package(tmp_path / "site", "[neural_rerank.datasets]\nwikiqa = foo_datasets:foo_news\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("PIPELINE_DATA", str(tmp_path / "empty-root"))
+    with pytest.raises(DatasetNotFoundError, match="PIPELINE_DATA"):  # the built-in loader, not the plugin's
+        load_dataset("wikiqa")
+
+
 # ------------------------------------------------------------------------------ missing datasets
 
 
-def test_unknown_dataset_name(tmp_path, monkeypatch, no_network):
+def test_unknown_dataset_name(tmp_path, monkeypatch, no_network, fresh_plugins):
     monkeypatch.setenv("PIPELINE_MIRROR", str(tmp_path))
+    datasets.register_dataset("my-tiny", tiny_dataset)
     with pytest.raises(DatasetNotFoundError) as info:
         load_dataset("no-such-collection")
     message = str(info.value)
     assert "'no-such-collection'" in message
-    assert "wikiqa" in message and "ir_datasets" in message  # says what names would work
+    assert "wikiqa" in message and "my-tiny" in message and "ir_datasets" in message  # says what names would work
 
 
 @pytest.mark.parametrize("name, missing", [
@@ -353,7 +521,7 @@ def test_seed_cache_checks_md5(tmp_path, monkeypatch, data_root):
 @pytest.mark.slow
 def test_vaswani_falls_back_to_the_local_copy(data_root, no_network, caplog):
     # This session's IR_DATASETS_HOME is empty and downloads fail, so ir_datasets cannot get npl.tar.gz.
-    with caplog.at_level(logging.WARNING, logger="pipeline.datasets"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.core.datasets"):
         dataset = load_dataset("vaswani")
     assert dataset.name == "vaswani"
     assert dataset.source == str(data_root / "vaswani-npl")
@@ -474,6 +642,12 @@ def test_dataset_is_a_plain_container():
     assert dataset.qrels_dict() == {"1": {"a": 1, "b": 0}}
     assert dataset.doc_store() == {"a": Doc("a", "x")}
     assert list(dataset.docs_iter()) == docs
+
+
+def test_repo_root_is_the_repository():
+    # computed from the module's own path: it must follow the file when the package is reorganised
+    assert datasets.REPO_ROOT == Path(__file__).resolve().parents[1]
+    assert (datasets.REPO_ROOT / "pipeline" / "core" / "datasets" / "__init__.py").is_file()
 
 
 def test_data_root_follows_the_environment(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
-"""TREC readers and writers (pipeline.trec), strict line reading (pipeline.textio) and atomic writes
-(pipeline.atomic): every malformed input names its file and line, and no failed write leaves anything."""
+"""TREC readers and writers (pipeline.core.trec), strict line reading (pipeline.core.textio) and atomic writes
+(pipeline.core.atomic): every malformed input names its file and line, and no failed write leaves anything."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """Readers and writers for TREC-style files: topics, qrels, runs and SGML/JSONL/TSV documents.
 
-Readers are strict: a malformed line raises :class:`~pipeline.errors.DataFormatError` naming the file,
+Readers are strict: a malformed line raises :class:`~pipeline.core.errors.DataFormatError` naming the file,
 the line and what was expected, instead of being skipped. The run writer is atomic and canonical
 (queries in natural order, documents by descending score, ties by doc id, no duplicate documents).
 """
