@@ -74,7 +74,7 @@ def main() -> None:
             run_label = f"{plain}+interp" if combined else plain
             for seed in args.seeds:
                 argv = ["--dataset", args.dataset, "--reranker", reranker, "--seed", str(seed),
-                        *(["--metrics", args.metrics] if args.metrics else []), "--first-stage", args.first_stage, "--k", str(args.k),
+                        *(["--metrics", args.metrics] if args.metrics else []), "--first-stage", args.first_stage, *(["--k", str(args.k)] if args.k else []),
                         "--output-dir", args.output_dir, "--threads", str(args.threads),
                         "--rerank-depth", str(args.rerank_depth),
                         "--name", f"{args.dataset}-{args.split or 'all'}-{run_label}-seed{seed}"]

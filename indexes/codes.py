@@ -78,6 +78,9 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.records import Query, Run, ScoredDoc
 from rerankers.blocks import maxsim as late_interaction
 
+from .base import BM25Settings
+from .registry import make_first_stage
+
 log = logging.getLogger(__name__)
 
 KINDS = ("codes", "colbert")
@@ -647,8 +650,6 @@ def resolve_training(dataset: Dataset, train_dataset: "Dataset | str | None" = N
 
 def bm25_negatives(dataset: Dataset, query_ids: Sequence[str], depth: int, root: Path | None = None) -> dict[str, list[str]]:
     """Non-relevant documents in BM25's top ``depth`` (Lucene first stage) for each query, in rank order."""
-    from . import BM25Settings, make_first_stage
-
     retriever = make_first_stage("bm25", dataset, BM25Settings(index_root=root))
     run = retriever.search([dataset.queries[q] for q in query_ids], depth)
     qrels = dataset.qrels_dict()
@@ -1277,3 +1278,28 @@ class CodeRetriever:
 
     def close(self) -> None:
         """Nothing to release (the index is in memory); for symmetry with BM25Retriever."""
+
+
+def _code_first_stage(kind: str, dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
+    options = settings.codes
+    path = None
+    if options is None:
+        path = find_code_index(dataset, kind, settings.index_root)
+        options = CodeOptions(kind=kind)
+    else:  # one CodeOptions serves both kinds; a hash head is a binary-codes option
+        binary_only = {"hash_head": "mlp", "hash_seed": None} if kind == "colbert" else {}
+        options = dataclasses.replace(options, kind=kind, **binary_only)
+    if path is None:
+        path = build_code_index(dataset, options, settings.index_root)
+    return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads)
+
+
+def codes_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
+    """``codes``: binary per-token codes in a faiss binary index (options from ``settings.codes``; without
+    them, the dataset's most recent index of this kind, or one built with the default options)."""
+    return _code_first_stage("codes", dataset, settings)
+
+
+def colbert_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
+    """``colbert``: L2-normalised float token vectors in a faiss float index (see :func:`codes_first_stage`)."""
+    return _code_first_stage("colbert", dataset, settings)

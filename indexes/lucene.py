@@ -27,6 +27,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
+from .base import BM25Settings
 from .jvm import anserini_class
 
 log = logging.getLogger(__name__)
@@ -175,3 +176,18 @@ class BM25Retriever:
     def close(self) -> None:
         """Release the Lucene reader."""
         self._searcher.close()
+
+
+def bm25_first_stage(dataset: Dataset, settings: BM25Settings) -> BM25Retriever:
+    """``bm25``: Lucene BM25 over the dataset's documents (the index is built if missing)."""
+    options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
+    path = build_index(dataset, options, settings.index_root, settings.threads)
+    return BM25Retriever(path, settings.k1, settings.b, None, settings.threads)
+
+
+def bm25_rm3_first_stage(dataset: Dataset, settings: BM25Settings) -> BM25Retriever:
+    """``bm25+rm3``: BM25 then RM3 query expansion (Lavrenko and Croft's relevance model, pseudo-feedback)."""
+    options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
+    path = build_index(dataset, options, settings.index_root, settings.threads)
+    rm3 = RM3(settings.fb_terms, settings.fb_docs, settings.original_query_weight)
+    return BM25Retriever(path, settings.k1, settings.b, rm3, settings.threads)

@@ -3,14 +3,15 @@
 A re-ranker scores (query, candidate) texts; the pipeline re-orders the first stage's top-k by those
 scores. ``--reranker NAME`` on the command line picks an entry of :data:`REGISTRY`; ``none`` keeps the
 first stage's ranking and scores. Entries are ``"module:Class"`` strings imported on first use, so that
-listing the choices (and running BM25 alone) never imports torch.
+listing the choices (and running BM25 alone) never imports torch. Other packages add re-rankers through
+entry points (README, "Adding a re-ranker").
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.plugins import Registry
 from pipeline.core.records import Doc, Query
 
 
@@ -20,7 +21,7 @@ class Reranker(Protocol):
 
     ``score`` returns one float per document (higher = more relevant); ``fit`` trains on a training set
     with an optional dev set for early stopping; ``save``/``load`` write and read a self-describing
-    checkpoint (atomically; a mismatched checkpoint is a :class:`~pipeline.errors.CheckpointError`).
+    checkpoint (atomically; a mismatched checkpoint is a :class:`~pipeline.core.errors.CheckpointError`).
     """
 
     name: str
@@ -44,9 +45,8 @@ class Reranker(Protocol):
         ...
 
 
-#: name -> "module:Class" (``None``: no re-ranking, the first stage's run is the result)
-REGISTRY: dict[str, str | None] = {
-    "none": None,
+#: built-in name -> "module:Class" (``none``, no re-ranking, is not an entry: the first stage's run is kept)
+BUILTIN: dict[str, str] = {
     "hcan": "rerankers.hcan:HCANReranker",
     "knrm": "rerankers.baselines:KNRMReranker",
     "conv-knrm": "rerankers.baselines:ConvKNRMReranker",
@@ -68,24 +68,26 @@ REGISTRY: dict[str, str | None] = {
 }
 
 
-def register(name: str, target: str) -> None:
-    """Add a re-ranker to the registry (``target`` is ``"module:Class"``, imported lazily)."""
-    if name in REGISTRY and REGISTRY[name] != target:
-        raise PipelineError(f"re-ranker {name!r} is already registered as {REGISTRY[name]!r}")
-    REGISTRY[name] = target
+#: the re-rankers by name: the built-in ones, those added with :func:`register`, and those of installed
+#: packages' entry points of group ``neural_rerank.rerankers`` (name = "module:Class")
+REGISTRY = Registry("re-ranker", "neural_rerank.rerankers", BUILTIN)
+
+
+def register(name: str, target) -> None:
+    """Add a re-ranker (``target``: ``"module:Class"``, imported lazily, or the class itself)."""
+    if name == "none":
+        raise PipelineError("'none' means no re-ranking; it cannot be registered")
+    REGISTRY.register(name, target)
 
 
 def available() -> list[str]:
-    """Registered names, ``none`` first (the CLI's ``--reranker`` choices)."""
-    return ["none", *sorted(n for n in REGISTRY if n != "none")]
+    """Every re-ranker name, ``none`` first (the CLI's ``--reranker`` choices), plugins included."""
+    return ["none", *REGISTRY.names()]
 
 
 def reranker_class(name: str):
-    """The class registered under ``name`` (``None`` for ``none``)."""
-    if name not in REGISTRY:
-        raise PipelineError(f"unknown re-ranker {name!r}; choose one of {', '.join(available())}")
-    target = REGISTRY[name]
-    if target is None:
+    """The class registered under ``name`` (``None`` for ``none``); unknown names are a
+    :class:`~pipeline.core.errors.ConfigError` listing the known ones."""
+    if name == "none":
         return None
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    return REGISTRY.load(name, available())

@@ -109,15 +109,18 @@ def test_index_cli_unknown_dataset_exits_2(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name != "irds"] == []  # no index, no temp directory
 
 
-def test_run_cli_reranker_choices_include_none():
-    from pipeline.run import build_parser
+def test_run_cli_lists_the_registered_rerankers_and_rejects_unknown_ones(tmp_path, capsys):
+    from pipeline.run import build_parser, main
+    from rerankers import available
 
     parser = build_parser()
     action = next(a for a in parser._actions if a.dest == "reranker")
-    assert "none" in action.choices and action.default == "none"
+    assert all(name in action.help for name in available()) and action.default == "none"
     assert parser.parse_args([]).reranker == "none"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--reranker", "no-such-reranker"])
+    # names come from the registry (plugins included), so an unknown one is a clean error, not argparse's
+    assert main(["--reranker", "no-such-reranker", "--output-dir", str(tmp_path)]) == 2
+    assert "unknown re-ranker 'no-such-reranker'; choose one of none, " in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def test_run_cli_unknown_split_exits_2(tmp_path, data_root):
@@ -132,5 +135,5 @@ def test_run_cli_negative_rerank_depth_exits_2_before_any_work(tmp_path, data_ro
     result = run_python(["-m", "pipeline.run", "--dataset", "wikiqa", "--reranker", "knrm", "--rerank-depth", "-1",
                          "--output-dir", str(tmp_path)], timeout=120, PIPELINE_MODEL_DIR=tmp_path / "models")
     assert result.returncode == 2
-    assert "--rerank-depth must be >= 0" in result.stderr and "Traceback" not in result.stderr
+    assert "--rerank-depth must be at least 0, got -1" in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []

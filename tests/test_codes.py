@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import transformers
 
 from conftest import write
-from indexes import BM25Settings, FIRST_STAGES, make_first_stage
+from indexes import BM25Settings, available, make_first_stage
 from indexes import codes
 from indexes.codes import (
     BatchSampler, CodeOptions, CodeRetriever, TokenCodeEncoder, build_code_index, contrastive_loss, encoder_path,
@@ -458,7 +458,7 @@ def test_cache_key_follows_options_and_data(tiny_encoder, dataset, root):
 
 
 def test_make_first_stage_codes_and_colbert(built, tiny_encoder, dataset, root):
-    assert "codes" in FIRST_STAGES and "colbert" in FIRST_STAGES
+    assert "codes" in available() and "colbert" in available()
     for kind in ("codes", "colbert"):
         retriever = make_first_stage(kind, dataset, BM25Settings(index_root=root, codes=small_options(tiny_encoder)))
         assert isinstance(retriever, CodeRetriever) and retriever.path == built[kind] and retriever.name == kind

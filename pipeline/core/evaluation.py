@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from .atomic import atomic_write
-from .errors import PipelineError
+from .errors import ConfigError, PipelineError
 from .records import Qrel, Run, ScoredDoc
 from .trec import natural_key
 
@@ -36,9 +36,9 @@ def parse_measures(spec: str | Sequence) -> list:
         try:
             measures.append(ir_measures.parse_measure(item))
         except (ValueError, NameError, SyntaxError) as error:
-            raise PipelineError(f"unknown measure {item!r} ({error}); examples: AP nDCG@10 P@30 RR@10 R@1000") from None
+            raise ConfigError(f"unknown measure {item!r} ({error}); examples: AP nDCG@10 P@30 RR@10 R@1000") from None
     if not measures:
-        raise PipelineError("no measures given")
+        raise ConfigError("no measures given")
     return measures
 
 

@@ -5,22 +5,29 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import PipelineError
+from .errors import ConfigError, PipelineError
 
 
 def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> None:
     """Set ``name=value`` options on whichever config dataclass has the field (values are parsed from
-    strings to the field's type). An option no config knows is an error listing the known ones."""
+    strings to the field's type). An option no config knows, a value of the wrong type or one the config's
+    own checks refuse is a :class:`ConfigError` naming the option (and, when unknown, the known ones)."""
     known = {f.name: config for config in configs for f in dataclasses.fields(config)}
     for name, value in overrides.items():
         key = name.replace("-", "_")
         if key not in known:
-            raise PipelineError(f"unknown model option {name!r}; known: {', '.join(sorted(known))}")
+            raise ConfigError(f"unknown model option {name!r}; known: {', '.join(sorted(known))}")
         config = known[key]
         current = getattr(config, key)
         setattr(config, key, _coerce(value, current, name))
         if hasattr(config, "__post_init__"):
-            config.__post_init__()
+            try:
+                config.__post_init__()
+            except ConfigError:
+                raise
+            except (ValueError, PipelineError) as error:
+                # the configs check their own values (a traceback-free message either way)
+                raise ConfigError(f"option {name}={value!r}: {error}") from None
 
 
 def _coerce(value: Any, current: Any, name: str) -> Any:
@@ -36,29 +43,30 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
         if isinstance(current, float):
             return float(value)
     except ValueError:
-        raise PipelineError(f"option {name}={value!r}: expected a {type(current).__name__}") from None
+        raise ConfigError(f"option {name}={value!r}: expected a {type(current).__name__}") from None
     return value
 
 
-def parse_overrides(items: Sequence[str] | None, config_file: str | None = None) -> dict[str, Any]:
-    """``--config FILE`` (JSON or YAML mapping) then ``--set name=value`` items (later ones win)."""
+def parse_overrides(items: Sequence[str] | None, config_file: str | Path | None = None) -> dict[str, Any]:
+    """``--config FILE`` (JSON or YAML mapping) then ``--set name=value`` items (later ones win); a missing
+    or malformed file or item is a :class:`ConfigError`."""
     options: dict[str, Any] = {}
     if config_file:
         path = Path(config_file)
         if not path.is_file():
-            raise PipelineError(f"{path}: config file not found")
+            raise ConfigError(f"--config {path}: config file not found")
         import yaml
 
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as error:
-            raise PipelineError(f"{path}: not valid JSON/YAML ({error})") from None
+            raise ConfigError(f"--config {path}: not valid JSON/YAML ({error})") from None
         if not isinstance(loaded, dict):
-            raise PipelineError(f"{path}: expected a mapping of option names to values")
+            raise ConfigError(f"--config {path}: expected a mapping of option names to values")
         options.update(loaded)
     for item in items or []:
         name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise PipelineError(f"--set {item!r}: expected name=value")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set {item!r}: expected name=value")
         options[name.strip()] = value.strip()
     return options

@@ -1,0 +1,54 @@
+"""What every first stage shares: the :class:`Retriever` protocol, :class:`RunRetriever` (a fixed ranking
+served as a first stage) and :class:`BM25Settings` (the options a first stage is built with)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+from pipeline.core.records import Query, Run
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A first stage: the top-``k`` documents of each query."""
+
+    name: str
+
+    def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
+        """Return ``{query_id: [ScoredDoc, ...]}`` (at most ``k`` per query)."""
+        ...
+
+
+@dataclass
+class RunRetriever:
+    """A fixed ranking (a TREC run file or a dataset's shipped run) served as a first stage."""
+
+    name: str
+    run: Run
+
+    def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
+        """The run's top-``k`` for each query (by score, ties by doc id); queries it lacks get no documents."""
+        result: Run = {}
+        for query in queries:
+            hits = sorted(self.run.get(query.query_id, []), key=lambda s: (-s.score, s.doc_id))
+            result[query.query_id] = hits[:k]
+        return result
+
+
+@dataclass
+class BM25Settings:
+    """Options of the first stages: Lucene's (index analysis, BM25 and RM3 parameters) and, in ``codes``, an
+    :class:`indexes.codes.CodeOptions` for the learned-code first stages. ``index_root`` is where indexes
+    are cached (default: ``PIPELINE_INDEX_DIR``, else ``indexes/cache/<lucene|codes>``)."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    fb_terms: int = 10
+    fb_docs: int = 10
+    original_query_weight: float = 0.5
+    stemmer: str = "porter"
+    keep_stopwords: bool = False
+    threads: int = 2
+    index_root: Path | None = None
+    codes: Any = None
