@@ -1,22 +1,29 @@
 """Trained models cached on disk: one checkpoint per (dataset, re-ranker, options, training queries, seed,
-candidates); :func:`obtain_reranker` loads the cached ones and trains the missing ones."""
+candidates). :func:`fold_models` loads the cached models of a protocol and trains the missing ones; it is
+the one training path of ``python -m pipeline.run`` (:func:`obtain_reranker`) and ``python -m pipeline.train``.
+"""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-from indexes import make_first_stage, resolve_first_stage
+from indexes import BM25Settings, make_first_stage
 from rerankers import reranker_class
-from rerankers.training.data import RankingData
 
+from .config import RunConfig
 from .core.datasets import Dataset
-from .core.options import parse_overrides
+from .core.errors import ConfigError
+from .core.names import safe_name
 from .core.records import Run
+from .fitting import train_fold
 from .protocols import Fold, PerQueryReranker, make_protocol
+from .resolve import candidate_depth, first_stage_name, model_options, run_split
 
 log = logging.getLogger("pipeline.model_cache")
 DEFAULT_MODEL_DIR = Path("models")
@@ -34,8 +41,7 @@ def checkpoint_path(dataset: Dataset, name: str, options: Mapping[str, Any], fol
                       "train": sorted(fold.train), "dev": sorted(fold.dev), "seed": seed,
                       "first_stage": first_stage, "k": k}, sort_keys=True, default=str)
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in dataset.name)
-    return model_dir() / safe / f"{name}-{fold.name}-seed{seed}-{digest}.pt"
+    return model_dir() / safe_name(dataset.name) / f"{safe_name(f'{name}-{fold.name}')}-seed{seed}-{digest}.pt"
 
 
 def cached_checkpoint(path: str | Path) -> Path | None:
@@ -54,58 +60,98 @@ def cached_checkpoint(path: str | Path) -> Path | None:
     return same[0] if same else None
 
 
-def train_fold(name: str, dataset: Dataset, fold: Fold, candidates: Run, options: Mapping[str, Any], seed: int,
-               path: Path | None = None):
-    """Build, prepare and train re-ranker ``name`` on one fold; save it to ``path`` when given."""
-    cls = reranker_class(name)
-    reranker = cls.from_options(options, seed=seed)
-    train = RankingData.from_dataset(dataset, fold.train, candidates)
-    dev = RankingData.from_dataset(dataset, fold.dev, candidates) if fold.dev else None
-    reranker.prepare(train, dataset)
-    # the training state sits beside the checkpoint, so a killed training resumes from its last epoch
-    report = reranker.fit(train, dev, state_path=training_state_path(path) if path is not None else None)
-    if path is not None:
-        reranker.save(path)
-    return reranker, report
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The models of one protocol: re-ranker ``reranker`` built with ``options``, one per fold, trained on
+    ``first_stage``'s top ``k`` candidates (built with ``settings``) with ``seed``; ``retrain`` ignores
+    cached models. Everything here but ``settings`` and ``retrain`` enters the models' cache keys."""
+
+    reranker: str
+    folds: Sequence[Fold]
+    options: Mapping[str, Any]
+    seed: int
+    first_stage: str
+    k: int
+    settings: BM25Settings
+    retrain: bool = False
 
 
-def training_state_path(path: str | Path) -> Path:
-    """Where the training of checkpoint ``path`` keeps its per-epoch state (see :meth:`Trainer.fit`)."""
-    path = Path(path)
-    return path.with_name(path.name + ".training-state")
-
-
-def obtain_reranker(name: str, dataset: Dataset, args, folds: Sequence[Fold] | None = None, settings=None,
-                    split: str | None = None):
-    """A trained re-ranker for test split ``split`` (default ``args.split``, else the dataset recipe's) of
-    ``dataset``: cached checkpoints are loaded, missing ones trained (on the protocol's training queries,
-    with candidates from the same first stage and depth ``args.k``) and saved. Training options are the
-    dataset recipe's, then ``--config``, then ``--set``. With several folds, returns a
-    :class:`PerQueryReranker`."""
-    options = {**dataset.recipe.train,
-               **parse_overrides(getattr(args, "set", None), getattr(args, "config", None))}
-    split = split or getattr(args, "split", None) or dataset.recipe.split
+def training_plan(config: RunConfig, dataset: Dataset, split: str | None = None,
+                  folds: Sequence[Fold] | None = None) -> TrainingPlan:
+    """The :class:`TrainingPlan` of ``config`` on ``dataset``: the protocol for test split ``split`` (default:
+    ``--split``, else the recipe's) unless ``folds`` are given, the checked model options, the first stage
+    and the candidate depth. Bad options are a :class:`ConfigError`; nothing is retrieved or trained."""
+    if not config.reranking:
+        raise ConfigError("--reranker: choose a re-ranker to train; 'none' has nothing to train")
+    options = model_options(config, dataset, reranker_class(config.reranker))
     if folds is None:
-        folds = make_protocol(dataset, split, args.seed, getattr(args, "folds", 5))
-    first_stage = resolve_first_stage(args.first_stage, dataset)
+        folds = make_protocol(dataset, split or run_split(config, dataset), config.seed, config.folds)
+    return TrainingPlan(config.reranker, list(folds), options, config.seed, first_stage_name(config, dataset),
+                        candidate_depth(config, dataset), config.first_stage_settings(), config.retrain)
+
+
+@dataclass
+class FoldModel:
+    """One fold's model: where it is cached, the re-ranker (``None`` when a cached one was not loaded), the
+    checkpoint it was loaded from when cached, and the report of its ``fit`` when trained now."""
+
+    fold: Fold
+    path: Path
+    reranker: Any | None
+    cached: Path | None = None
+    report: Any = None
+
+
+def training_candidates(plan: TrainingPlan, dataset: Dataset) -> Run:
+    """The first stage's top ``plan.k`` for every training and dev query of the plan's folds."""
+    retriever = make_first_stage(plan.first_stage, dataset, plan.settings)
+    wanted = sorted({q for fold in plan.folds for q in [*fold.train, *fold.dev]})
+    return retriever.search([dataset.queries[q] for q in wanted], plan.k)
+
+
+def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True) -> Iterator[FoldModel]:
+    """Each fold's model, fold by fold: the cached checkpoint (loaded unless ``load_cached`` is false), else
+    a model trained now on the plan's candidates (retrieved once, at the first fold that needs them) and
+    saved where the cache will find it."""
+    cls = reranker_class(plan.reranker)
     candidates: Run | None = None
-    cls = reranker_class(name)
-    models: dict[str, Any] = {}
-    for fold in folds:
-        path = checkpoint_path(dataset, name, options, fold, args.seed, first_stage, args.k)
-        cached = None if getattr(args, "retrain", False) else cached_checkpoint(path)
+    for fold in plan.folds:
+        path = checkpoint_path(dataset, plan.reranker, plan.options, fold, plan.seed, plan.first_stage, plan.k)
+        cached = None if plan.retrain else cached_checkpoint(path)
         if cached is not None:
-            reranker = cls.load(cached)
-            log.warning("loaded %s", cached)
-        else:
-            if candidates is None:
-                retriever = make_first_stage(first_stage, dataset, settings)
-                wanted = sorted({q for f in folds for q in f.train + f.dev})
-                candidates = retriever.search([dataset.queries[q] for q in wanted], args.k)
-            log.warning("training %s on %s (%d train, %d dev queries) -> %s", name, fold.name, len(fold.train),
-                        len(fold.dev), path)
-            reranker, _ = train_fold(name, dataset, fold, candidates, options, args.seed, path)
-        if len(folds) == 1:
-            return reranker
-        models.update({q: reranker for q in fold.test})
-    return PerQueryReranker(name, models)
+            reranker = None
+            if load_cached:
+                reranker = cls.load(cached)
+                log.warning("loaded %s", cached)
+            yield FoldModel(fold, path, reranker, cached=cached)
+            continue
+        if candidates is None:
+            candidates = training_candidates(plan, dataset)
+        log.warning("training %s on %s (%d train, %d dev queries) -> %s", plan.reranker, fold.name,
+                    len(fold.train), len(fold.dev), path)
+        reranker, report = train_fold(plan.reranker, dataset, fold, candidates, plan.options, plan.seed, path)
+        yield FoldModel(fold, path, reranker, report=report)
+
+
+def trained_reranker(plan: TrainingPlan, dataset: Dataset):
+    """The plan's re-ranker, cached models loaded and missing ones trained: the model itself for one fold,
+    else a :class:`PerQueryReranker` sending each test query to the model trained without it."""
+    models = list(fold_models(plan, dataset))
+    if len(models) == 1:
+        return models[0].reranker
+    return PerQueryReranker(plan.reranker, {q: model.reranker for model in models for q in model.fold.test})
+
+
+def obtain_reranker(config: RunConfig | argparse.Namespace, dataset: Dataset, folds: Sequence[Fold] | None = None,
+                    split: str | None = None):
+    """A trained ``config.reranker`` for test split ``split`` (default ``--split``, else the dataset recipe's)
+    of ``dataset``: cached checkpoints are loaded, missing ones trained (on the protocol's training queries,
+    or ``folds``, with candidates from the same first stage and depth) and saved. Training options are the
+    dataset recipe's, then ``--config``, then ``--set``. With several folds, returns a
+    :class:`PerQueryReranker`. A parsed command line (``argparse.Namespace``) is accepted for one release."""
+    if isinstance(config, str):
+        raise TypeError("obtain_reranker(config, dataset, ...): the re-ranker's name is config.reranker "
+                        "(the name-first form is gone)")
+    if isinstance(config, argparse.Namespace):
+        config = RunConfig.from_namespace(config)
+    return trained_reranker(training_plan(config, dataset, split, folds), dataset)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .core.datasets import Dataset
-from .core.errors import PipelineError
+from .core.errors import ConfigError, PipelineError
 from .core.records import Doc, Query
 
 
@@ -33,7 +33,7 @@ def hold_out(query_ids: Sequence[str], fraction: float, seed: int) -> tuple[list
 def kfold(query_ids: Sequence[str], k: int, seed: int, dev_fraction: float = 0.15) -> list[Fold]:
     """``k`` folds by query; each fold's model trains on the other folds minus ``dev_fraction`` held out."""
     if k < 2 or len(query_ids) < k:
-        raise PipelineError(f"k-fold needs k >= 2 and at least k queries (k={k}, {len(query_ids)} queries)")
+        raise ConfigError(f"--folds: k-fold needs k >= 2 and at least k queries (k={k}, {len(query_ids)} queries)")
     ordered = sorted(query_ids)
     random.Random(seed).shuffle(ordered)
     folds = []
@@ -60,9 +60,9 @@ def make_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: in
     if "train" in splits:
         test_name = test_split or ("test" if "test" in splits else None)
         if test_name is None or test_name not in splits:
-            raise PipelineError(f"dataset {dataset.name!r}: choose a test split with --split ({', '.join(splits)})")
+            raise ConfigError(f"--split: dataset {dataset.name!r}: choose a test split ({', '.join(splits)})")
         if test_name == "train":
-            raise PipelineError("cannot test on the training split")
+            raise ConfigError("--split train: cannot test on the training split")
         prefix = test_name.split("-")[0] + "-" if "-" in test_name else ""
         # never the test split itself: the dev queries choose epochs and interpolation weights
         dev_name = next((n for n in (f"{prefix}dev", "dev") if n in splits and n != test_name), None)
@@ -73,7 +73,7 @@ def make_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: in
         return [Fold(test_name, list(train), list(dev), list(splits[test_name]))]
     if splits and test_split:
         if test_split not in splits:
-            raise PipelineError(f"dataset {dataset.name!r} has no split {test_split!r} ({', '.join(splits)})")
+            raise ConfigError(f"--split: dataset {dataset.name!r} has no split {test_split!r} ({', '.join(splits)})")
         rest = [q for name, qids in splits.items() if name != test_split for q in qids]
         if not rest:
             return kfold(splits[test_split], folds, seed, dev_fraction)
@@ -123,7 +123,7 @@ class PerQueryReranker:
 
     def quantize_int8(self) -> "PerQueryReranker":
         """Quantize every fold's model for int8 CPU scoring (see ``TransformerReranker.quantize_int8``); a
-        model that cannot be quantized is a :class:`~pipeline.errors.PipelineError`."""
+        model that cannot be quantized is a :class:`~pipeline.core.errors.PipelineError`."""
         for model in {id(m): m for m in self.models.values()}.values():
             if not hasattr(model, "quantize_int8"):
                 raise PipelineError(f"{self.name}: int8 scoring is for the transformer re-rankers")

@@ -5,10 +5,11 @@ Command line::
     python -m pipeline.train --dataset microblog --split 2013 --reranker hcan --set matching=rm
     python -m pipeline.train --dataset cranfield --reranker knrm --folds 5 --seed 1
 
-Trains one model per fold of the protocol (see :func:`pipeline.protocols.make_protocol`) on candidates
-from the first stage, saves each checkpoint where ``pipeline.run`` will look for it (same options, seed,
-first stage and depth give the same cache key), and prints one line per fold with the dev score. A fold
-whose checkpoint exists is skipped unless ``--retrain``.
+Takes the flags of ``pipeline.run`` and trains exactly what ``pipeline.run`` would (the same
+:func:`pipeline.model_cache.fold_models`): one model per fold of the protocol (see
+:func:`pipeline.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
+``pipeline.run`` will look for it (same options, seed, first stage and depth give the same cache key). It
+prints one line per fold with the dev score. A fold whose checkpoint exists is skipped unless ``--retrain``.
 """
 from __future__ import annotations
 
@@ -16,53 +17,46 @@ import logging
 import sys
 from typing import Sequence
 
-from indexes import BM25Settings, make_first_stage, resolve_first_stage
-from rerankers import reranker_class
-
+from .config import RunConfig
 from .core.datasets import load_dataset
 from .core.errors import PipelineError
-from .core.options import parse_overrides
 from .core.runtime import seed_everything, set_threads
-from .model_cache import cached_checkpoint, checkpoint_path, train_fold
-from .protocols import make_protocol
-from .run import build_parser
+from .model_cache import FoldModel, fold_models, training_plan
+from .run import build_parser, parse_config
+
+
+def fold_line(model: FoldModel) -> str:
+    """The line printed for one fold: the cached checkpoint, or the training's queries, dev score and path."""
+    fold = model.fold
+    if model.cached is not None:
+        return f"{fold.name}: cached {model.cached}"
+    best = getattr(model.report, "best_dev_score", None)
+    dev = "" if best is None else f", dev {best:.4f} at epoch {model.report.best_epoch}"
+    return f"{fold.name}: {len(fold.train)} train / {len(fold.dev)} dev queries{dev} -> {model.path}"
+
+
+def train(config: RunConfig) -> list[FoldModel]:
+    """Train the missing models of ``config``'s protocol (cached ones are not loaded), printing one line per
+    fold as it finishes; every option is checked before any retrieval or training."""
+    seed_everything(config.seed)
+    dataset = load_dataset(config.dataset, config.mirror)
+    plan = training_plan(config, dataset)
+    set_threads(config.threads)
+    models = []
+    for model in fold_models(plan, dataset, load_cached=False):
+        print(fold_line(model), flush=True)
+        models.append(model)
+    return models
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; takes the training-related flags of ``pipeline.run``."""
+    """Command-line entry point; takes the flags of ``pipeline.run`` (those of re-ranking are not used)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     parser.prog = "python -m pipeline.train"
     parser.description = __doc__.split("\n\n")[0]
-    args = parser.parse_args(argv)
     try:
-        if reranker_class(args.reranker) is None:
-            raise PipelineError("choose a re-ranker to train (--reranker); 'none' has nothing to train")
-        seed_everything(args.seed)
-        set_threads(args.threads)
-        dataset = load_dataset(args.dataset, args.mirror)
-        recipe = dataset.recipe
-        folds = make_protocol(dataset, args.split or recipe.split, args.seed, args.folds)
-        options = {**recipe.train, **parse_overrides(args.set, args.config)}
-        first_stage = resolve_first_stage(args.first_stage, dataset)
-        k = args.k or recipe.k or 100
-        settings = BM25Settings(k1=args.k1, b=args.b, fb_terms=args.fb_terms, fb_docs=args.fb_docs,
-                                original_query_weight=args.rm3_weight, stemmer=args.stemmer,
-                                keep_stopwords=args.keep_stopwords)
-        candidates = None
-        for fold in folds:
-            path = checkpoint_path(dataset, args.reranker, options, fold, args.seed, first_stage, k)
-            cached = None if args.retrain else cached_checkpoint(path)
-            if cached is not None:
-                print(f"{fold.name}: cached {cached}")
-                continue
-            if candidates is None:
-                wanted = sorted({q for f in folds for q in f.train + f.dev})
-                retriever = make_first_stage(first_stage, dataset, settings)
-                candidates = retriever.search([dataset.queries[q] for q in wanted], k)
-            _, report = train_fold(args.reranker, dataset, fold, candidates, options, args.seed, path)
-            dev = "" if report.best_dev_score is None else f", dev {report.best_dev_score:.4f} at epoch {report.best_epoch}"
-            print(f"{fold.name}: {len(fold.train)} train / {len(fold.dev)} dev queries{dev} -> {path}")
+        train(parse_config(argv, parser))
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -563,7 +563,7 @@ def test_default_interpolation_is_tuned_on_dev_queries_never_on_test_queries(tin
 def resumable_fit(dataset, path, **extra):
     """``train_fold`` of the tiny HCAN with dropout and a schedule, so that resuming must restore the random
     generators, the optimizer and the schedule to end with the same weights."""
-    from pipeline.model_cache import train_fold
+    from pipeline.fitting import train_fold
 
     fold = make_protocol(dataset, None, 7)[0]
     options = {**TINY, "epochs": 4, "patience": 10, "dropout": 0.3, "schedule": "linear", "warmup": 0.2, **extra}
@@ -571,7 +571,7 @@ def resumable_fit(dataset, path, **extra):
 
 
 def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch):
-    from pipeline.model_cache import training_state_path
+    from pipeline.fitting import training_state_path
 
     straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt")
     assert not training_state_path(tmp_path / "straight.pt").exists()  # removed once the fit ended
@@ -594,7 +594,7 @@ def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_resu
 
 
 def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeypatch):
-    from pipeline.model_cache import training_state_path
+    from pipeline.fitting import training_state_path
 
     path = tmp_path / "model.pt"
     interrupt_after_epoch(monkeypatch, 1)

@@ -7,7 +7,7 @@ from pipeline import fusion
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Qrel, ScoredDoc
 from pipeline.stages import append_tail, head
-from pipeline.run import parse_weight
+from pipeline.config import parse_weight
 
 
 def run(query_id, scores):

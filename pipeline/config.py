@@ -1,0 +1,193 @@
+"""What one run of the pipeline is asked to do: :class:`RunConfig`, every option of ``python -m pipeline.run``
+as a typed field with its default and its help text (the command line is built from these fields, see
+:mod:`pipeline.cli_options`, so the two cannot drift).
+
+A config checks itself when it is made: a bad value is a :class:`~pipeline.core.errors.ConfigError` naming
+the option and what is allowed, raised before any retrieval or training. What can only be checked against
+the dataset (its splits, the model options of its recipe) is checked by :func:`pipeline.plan.plan_run`,
+also before any work. A config is frozen: the pipeline never changes it (``dataclasses.replace`` makes a
+changed copy).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from indexes import BM25Settings, check_first_stage
+from indexes import available as first_stages
+from rerankers import available as rerankers
+
+from .core.errors import ConfigError
+from .core.evaluation import parse_measures
+from .core.names import safe_name
+
+#: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
+DEFAULT_DATASET = "microblog"
+#: metrics when neither the config nor the dataset's recipe names any (the first is the main one)
+DEFAULT_METRICS = "AP nDCG@10 P@30 R@{k}"
+#: characters a run name may hold besides letters and digits (``+`` as in ``bm25+rm3``)
+RUN_NAME_CHARACTERS = "._+-"
+STEMMERS = ("porter", "krovetz", "none")
+
+GENERAL = "general"
+TRAINING = "re-ranker training (when no cached model exists)"
+SCORING = "re-ranker scoring (changes no trained model and no cache key)"
+LUCENE = "BM25 / RM3"
+
+
+def option(default: Any, help: str | Callable[[], str], group: str = GENERAL, **cli: Any) -> Any:
+    """A :class:`RunConfig` field: its default, its help (a callable is read when the parser is built, e.g.
+    to list the names registered by then) and what the command line needs beyond its type (``group``,
+    ``flag`` when it is not ``--<name>``, ``metavar``)."""
+    return field(default=default, metadata={"help": help, "group": group, **cli})
+
+
+def parse_weight(text: str) -> float:
+    """A fixed interpolation weight: a number in [0, 1] (the first stage's share of the final score)."""
+    try:
+        weight = float(text)
+    except ValueError:
+        raise ConfigError(f"--interpolate takes 'auto', 'none' or a weight in [0, 1], got {text!r}") from None
+    if not 0.0 <= weight <= 1.0:
+        raise ConfigError(f"--interpolate weight must be in [0, 1], got {weight}")
+    return weight
+
+
+def parse_interpolation(text: str) -> str | float:
+    """``--interpolate``'s value: ``"auto"``, ``"none"`` or a weight in [0, 1] (a float)."""
+    return text if text in ("auto", "none") else parse_weight(text)
+
+
+def check_run_name(name: str) -> None:
+    """A :class:`ConfigError` unless ``name`` is one safe file name (the run's files are ``<name>.run`` and
+    ``<name>.eval.*`` inside the output directory, never elsewhere)."""
+    if safe_name(name, keep=RUN_NAME_CHARACTERS) != name or name.startswith("."):
+        raise ConfigError(f"--name {name!r}: a run name is one file name of letters, digits and "
+                          f"{' '.join(RUN_NAME_CHARACTERS)} (no '/', whitespace or leading '.'), "
+                          f"e.g. {safe_name(name.lstrip('.'), keep=RUN_NAME_CHARACTERS)!r}")
+
+
+def at_least(option_name: str, value: int | float | None, low: int | float) -> None:
+    """A :class:`ConfigError` when ``value`` (``None``: not given) is below ``low``."""
+    if value is not None and value < low:
+        raise ConfigError(f"{option_name} must be at least {low}, got {value}")
+
+
+def within(option_name: str, value: float, low: float, high: float) -> None:
+    """A :class:`ConfigError` when ``value`` is outside ``[low, high]``."""
+    if not low <= value <= high:
+        raise ConfigError(f"{option_name} must be in [{low:g}, {high:g}], got {value}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every option of one pipeline run (``python -m pipeline.run``; the flag is ``--<field-name>`` with ``-``
+    for ``_`` unless said otherwise). ``None`` means "not given": the dataset's recipe or the documented
+    default applies."""
+
+    dataset: str = option(DEFAULT_DATASET, f"dataset name, ir_datasets id or directory (default: {DEFAULT_DATASET}: "
+                          "TREC Microblog, HCAN's own data, re-ranking 2014 with models trained on 2011-2013)")
+    split: str | None = option(None, "run only this split's queries (e.g. test, 2013, raw-test); with a "
+                               "re-ranker, the protocol's test split (default: the dataset's)")
+    reranker: str = option("none", lambda: f"re-ranker: {', '.join(rerankers())} (default: none)", metavar="NAME")
+    first_stage: str = option("auto", lambda: f"first stage: {', '.join(first_stages())} (default: auto)",
+                              metavar="NAME")
+    k: int | None = option(None, "candidates per query from the first stage, at least 1 (default: the dataset's, "
+                           "else 1000, or 100 with a re-ranker)")
+    rerank_depth: int = option(0, "re-rank only each query's top D candidates; the rest follow in first-stage "
+                               "order (default 0: all k)", metavar="D")
+    metrics: str | None = option(None, "ir-measures names, the first is the main one; {k} is replaced by --k "
+                                 f"(default: the dataset's, else {DEFAULT_METRICS!r})")
+    output_dir: Path = option(Path("runs"), "where runs and reports go (default: runs/)")
+    name: str | None = option(None, "run name: one file name, the run is <output-dir>/<name>.run (default: "
+                              "derived from dataset, split, first stage, re-ranker)")
+    seed: int = option(42, "random seed (same seed -> same run file)")
+    threads: int = option(0, "torch CPU threads for training/scoring (env PIPELINE_THREADS; default 0: torch's)")
+    mirror: str | None = option(None, "offline mirror directory for ir_datasets archives (env PIPELINE_MIRROR)")
+
+    overrides: tuple[str, ...] = option((), "model/text/training option, e.g. --set matching=rm --set epochs=5 "
+                                        "(repeatable)", TRAINING, flag="--set", metavar="NAME=VALUE")
+    config_file: str | None = option(None, "JSON/YAML file of model options (--set wins)", TRAINING,
+                                     flag="--config", metavar="CONFIG")
+    folds: int = option(5, "k for k-fold training on datasets without splits (at least 2)", TRAINING)
+    retrain: bool = option(False, "train even when a cached model exists", TRAINING)
+    model: str | None = option(None, "re-rank with this saved model (e.g. trained on another dataset) instead "
+                               "of training", TRAINING, metavar="CHECKPOINT")
+    interpolate: str | None = option(
+        None, "final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per query. 'auto' "
+        "(default, unless the dataset's recipe says otherwise) tunes W on the protocol's dev queries (never the "
+        "test queries) by the main metric; 'none' keeps the re-ranker's own scores. The re-ranker alone is "
+        "written and evaluated beside the combination (same scores)", TRAINING, metavar="auto|W|none")
+
+    batch_size: int | None = option(None, "scoring batch in (query, document) pairs, filled across queries "
+                                    "(default: the model's score_batch_size)", SCORING, metavar="N")
+    int8: bool = option(False, "score with int8 dynamically quantized linear layers (transformer re-rankers, "
+                        "CPU only; faster, slightly different scores)", SCORING)
+
+    k1: float = option(0.9, "BM25 k1 (default 0.9)", LUCENE)
+    b: float = option(0.4, "BM25 b, in [0, 1] (default 0.4)", LUCENE)
+    fb_terms: int = option(10, "RM3 feedback terms (default 10)", LUCENE)
+    fb_docs: int = option(10, "RM3 feedback documents (default 10)", LUCENE)
+    rm3_weight: float = option(0.5, "RM3 original query weight, in [0, 1] (default 0.5)", LUCENE)
+    stemmer: str = option("porter", f"index and query stemmer: {', '.join(STEMMERS)} (default: porter)", LUCENE)
+    keep_stopwords: bool = option(False, "index and match stopwords", LUCENE)
+
+    def __post_init__(self) -> None:
+        # normalise what the command line and callers give in looser types (a list of --set items, a str path)
+        object.__setattr__(self, "overrides", tuple(self.overrides or ()))
+        object.__setattr__(self, "output_dir", Path(self.output_dir))
+        self.check()
+
+    def check(self) -> None:
+        """Every check that needs no dataset; the first failing one is a :class:`ConfigError`."""
+        known = rerankers()
+        if self.reranker not in known:
+            raise ConfigError(f"--reranker: unknown re-ranker {self.reranker!r}; choose one of {', '.join(known)}")
+        try:
+            check_first_stage(self.first_stage)
+        except ConfigError as error:
+            raise ConfigError(f"--first-stage: {error}") from None
+        at_least("--k", self.k, 1)
+        at_least("--rerank-depth", self.rerank_depth, 0)
+        if self.metrics is not None:
+            try:
+                parse_measures(self.metrics.replace("{k}", "1000"))
+            except ConfigError as error:
+                raise ConfigError(f"--metrics {self.metrics!r}: {error}") from None
+        if self.name is not None:
+            check_run_name(self.name)
+        at_least("--threads", self.threads, 0)
+        at_least("--folds", self.folds, 2)
+        if self.interpolate is not None:
+            parse_interpolation(self.interpolate)
+        at_least("--batch-size", self.batch_size, 1)
+        if self.model and self.reranker == "none":
+            raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
+        at_least("--k1", self.k1, 0)
+        within("--b", self.b, 0.0, 1.0)
+        at_least("--fb-terms", self.fb_terms, 1)
+        at_least("--fb-docs", self.fb_docs, 1)
+        within("--rm3-weight", self.rm3_weight, 0.0, 1.0)
+        if self.stemmer not in STEMMERS:
+            raise ConfigError(f"--stemmer: unknown stemmer {self.stemmer!r}; choose one of {', '.join(STEMMERS)}")
+
+    @property
+    def reranking(self) -> bool:
+        """Whether a re-ranker is asked for (``--reranker`` other than ``none``)."""
+        return self.reranker != "none"
+
+    def first_stage_settings(self) -> BM25Settings:
+        """The first stage's options (Lucene analysis, BM25 and RM3 parameters)."""
+        return BM25Settings(k1=self.k1, b=self.b, fb_terms=self.fb_terms, fb_docs=self.fb_docs,
+                            original_query_weight=self.rm3_weight, stemmer=self.stemmer,
+                            keep_stopwords=self.keep_stopwords)
+
+    @classmethod
+    def from_namespace(cls, namespace: argparse.Namespace) -> "RunConfig":
+        """The config of parsed command-line arguments (see :func:`pipeline.run.build_parser`); attributes
+        that are no field are ignored, missing ones take the field's default."""
+        given = vars(namespace)
+        return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})

@@ -1,0 +1,86 @@
+"""Every decision of a pipeline run, taken and checked before any work: :func:`plan_run` settles a
+:class:`~pipeline.config.RunConfig` against the loaded dataset (split, queries, protocol, depth, metrics,
+interpolation, first stage, model options, run names) and raises a
+:class:`~pipeline.core.errors.ConfigError` for a bad option before anything is retrieved or trained."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from indexes import BM25Settings
+from rerankers import reranker_class
+
+from .config import RunConfig
+from .core.datasets import Dataset, select_queries
+from .core.errors import ConfigError
+from .core.records import Query
+from .model_cache import TrainingPlan, training_plan
+from .naming import run_names
+from .protocols import Fold, make_protocol
+from .resolve import candidate_depth, first_stage_name, interpolation, metric_list, model_options, run_split
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one run does, every value settled (see :func:`plan_run`)."""
+
+    config: RunConfig
+    #: the re-ranker's class (``None``: no re-ranking, the first stage's run is the result)
+    reranker_class: type | None
+    #: the split whose queries are run (``None``: all of them)
+    split: str | None
+    #: the queries retrieved, re-ranked and evaluated: with a trained or tuned re-ranker, the protocol's test
+    #: queries (a model only scores queries it was not trained on, and weights are tuned on dev queries only)
+    queries: Sequence[Query]
+    #: the protocol (``None`` when nothing is trained or tuned)
+    folds: Sequence[Fold] | None
+    #: candidates per query from the first stage
+    k: int
+    #: re-rank only each query's top ``depth`` candidates (0: all ``k``)
+    depth: int
+    #: ir-measures names, ``{k}`` replaced; the first is the main one
+    metrics: str
+    #: ``"auto"``, a fixed weight, or ``None`` (the re-ranker's own scores)
+    interpolation: str | float | None
+    #: the first stage's name (``auto`` settled) and its options
+    first_stage: str
+    settings: BM25Settings
+    #: the models to load or train (``None`` without a re-ranker or with ``--model``)
+    training: TrainingPlan | None
+    #: the result run's name and, when interpolating, the re-ranker's own run's name
+    name: str
+    alone_name: str | None
+
+    @property
+    def main_metric(self) -> str:
+        """The first metric: interpolation weights are tuned on it."""
+        return self.metrics.split()[0]
+
+
+def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
+    """The :class:`RunPlan` of ``config`` on ``dataset``. Loads the re-ranker's class (not a model) and builds
+    its configs to check the model options; reads no documents, retrieves and trains nothing."""
+    cls = reranker_class(config.reranker)
+    if config.int8 and not hasattr(cls, "quantize_int8"):
+        raise ConfigError("--int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
+    if cls is not None:
+        model_options(config, dataset, cls)  # also with --model: an unknown option is a mistake either way
+    split = run_split(config, dataset)
+    k = candidate_depth(config, dataset)
+    metrics = metric_list(config, dataset, k)
+    weight = interpolation(config, dataset)
+    first_stage = first_stage_name(config, dataset)
+    folds, training = None, None
+    if cls is None or (config.model and weight != "auto"):
+        # no training and no tuning: every query of the split (a given checkpoint never saw this collection)
+        queries = select_queries(dataset, split)
+    else:
+        folds = make_protocol(dataset, split, config.seed, config.folds)
+        tested = {q for fold in folds for q in fold.test}
+        queries = [q for qid, q in dataset.queries.items() if qid in tested]
+        if not config.model:
+            training = training_plan(config, dataset, split, folds)
+    depth = 0 if config.rerank_depth >= k else config.rerank_depth
+    name, alone = run_names(config, dataset.name, first_stage, split, weight, depth)
+    return RunPlan(config, cls, split, queries, folds, k, depth, metrics, weight, first_stage,
+                   config.first_stage_settings(), training, name, alone)
