@@ -23,12 +23,14 @@ from typing import Iterable
 
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.datasets import Dataset
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import CorruptCacheError, PipelineError
+from pipeline.core.locks import exclusive
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
 from .base import BM25Settings
 from .jvm import anserini_class
+from .lucene_check import check_index, verify_index
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +80,20 @@ def build_index(
     force: bool = False,
 ) -> Path:
     """Build (or find in the cache) a positional Lucene index with stored document vectors (RM3 needs them)
-    and raw text. Returns the index directory."""
-    from tqdm.auto import tqdm
-
+    and raw text. Returns the index directory. The index is verified before it is cached
+    (:mod:`indexes.lucene_check`), and one process at a time builds it."""
     path = index_path(dataset, options, root)
     if is_complete(path) and not force:
         return path
+    with exclusive(path):  # one builder per index; a second process waits, then finds it built
+        if is_complete(path) and not force:
+            return path
+        return _build(dataset, options, path, threads)
+
+
+def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -> Path:
+    from tqdm.auto import tqdm
+
     started = time.perf_counter()
     with atomic_directory(path) as temp:
         collection = temp / "collection"
@@ -108,6 +118,12 @@ def build_index(
         collection.rmdir()
         if not (temp / "lucene").is_dir():
             raise PipelineError(f"Anserini produced no index for {dataset.name!r} (see its log above)")
+        try:  # Anserini logs some failures (a full disk) and returns: check what it wrote before caching it
+            verify_index(temp, count)
+        except CorruptCacheError as error:
+            raise PipelineError(f"Anserini did not write a whole index of {dataset.name!r}: "
+                                f"{error.reason}; nothing was cached "
+                                f"(see Anserini's log above, e.g. for 'No space left on device')") from None
         with atomic_write(temp / META_FILE) as handle:
             json.dump({"dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
                        "documents": count, "options": asdict(options),
@@ -117,7 +133,14 @@ def build_index(
 
 def index_metadata(path: Path) -> dict:
     """The metadata written beside an index (dataset, options, document count)."""
-    return json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    try:
+        metadata = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("options"), dict):
+            raise ValueError("expected a JSON object with 'options'")
+        return metadata
+    except (OSError, ValueError) as error:
+        raise CorruptCacheError(f"{path / META_FILE}: unreadable index metadata ({error}); delete the index to "
+                                f"rebuild it on the next run: rm -rf '{path}'") from None
 
 
 @dataclass(frozen=True)
@@ -139,7 +162,9 @@ class BM25Retriever:
     def __init__(self, path: Path, k1: float = 0.9, b: float = 0.4, rm3: RM3 | None = None, threads: int = 2):
         if not is_complete(path):
             raise PipelineError(f"{path}: not a finished index (build it with python -m pipeline.index)")
-        options = LuceneOptions(**index_metadata(path)["options"])
+        metadata = index_metadata(path)
+        options = LuceneOptions(**metadata["options"])
+        check_index(path, metadata.get("documents"))  # a damaged cache is an error, never different numbers
         self.path, self.k1, self.b, self.rm3, self.threads = path, k1, b, rm3, threads
         self.name = "bm25+rm3" if rm3 else "bm25"
         analyzer = anserini_class("io.anserini.analysis.DefaultEnglishAnalyzer").fromArguments(

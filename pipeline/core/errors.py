@@ -30,3 +30,8 @@ class CheckpointError(PipelineError):
 class ConfigError(PipelineError, ValueError):
     """A bad option (command line, ``--set``, a config file or an API argument): names the option, the value
     and what is allowed. Raised before any retrieval or training starts."""
+
+
+class CorruptCacheError(PipelineError):
+    """A cached index, checkpoint or training state that fails its integrity check: names the entry and says
+    how to rebuild it."""
