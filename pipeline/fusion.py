@@ -12,11 +12,14 @@ queries (never the ones it is applied to).
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Mapping, Sequence
 
-from .core.errors import PipelineError
+from .core.errors import ConfigError, PipelineError
 from .core.records import Qrel, Run, ScoredDoc
 from .stages import rerank, retrieve
+
+log = logging.getLogger("pipeline.fusion")
 
 #: weights tried by :func:`tune_weight`: 0, 0.05, ..., 1
 DEFAULT_GRID = tuple(round(i * 0.05, 2) for i in range(21))
@@ -44,7 +47,7 @@ def interpolate(first: Run, reranked: Run, weight: float | Mapping[str, float]) 
             raise PipelineError(f"interpolation: query {query_id!r} is re-ranked but not in the first-stage run")
         w = weight[query_id] if isinstance(weight, Mapping) else weight
         if not 0.0 <= w <= 1.0:
-            raise PipelineError(f"interpolation weight must be in [0, 1], got {w} (query {query_id!r})")
+            raise ConfigError(f"interpolation weight must be in [0, 1], got {w} (query {query_id!r})")
         base, model = minmax(first[query_id]), minmax(hits)
         if base.keys() != model.keys():
             missing = sorted(base.keys() ^ model.keys())[:3]
@@ -75,21 +78,27 @@ def tune_weight(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str = 
     return best, values
 
 
+def check_tunable(folds, qrels: Iterable[Qrel] | None = None) -> None:
+    """A :class:`ConfigError` unless every fold has dev queries to tune its interpolation weight on (judged
+    ones, when ``qrels`` are given)."""
+    judged = None if qrels is None else {q.query_id for q in qrels}
+    for fold in folds:
+        if not fold.dev or (judged is not None and not judged.intersection(fold.dev)):
+            raise ConfigError(f"--interpolate auto: fold {fold.name!r} has no judged dev queries to tune the "
+                              f"interpolation weight on; give a fixed weight (--interpolate 0.5)")
+
+
 def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP"
                  ) -> dict[str, float]:
     """``query_id -> weight`` for every test query of ``folds``: each fold's weight is tuned on that fold's
     dev queries (re-ranked by the fold's own model), so no weight is chosen on the queries it scores."""
-    import logging
-
+    check_tunable(folds)
     weights: dict[str, float] = {}
     for fold in folds:
-        if not fold.dev:
-            raise PipelineError(f"fold {fold.name!r} has no dev queries to tune the interpolation weight on; "
-                                f"give a fixed weight (--interpolate 0.5)")
         model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
         dev_first = retrieve(dataset, first_stage, k, [dataset.queries[q] for q in fold.dev], settings)
         best, _ = tune_weight(dev_first, rerank(model, dataset, dev_first), dataset.qrels, metric)
-        logging.getLogger(__name__).warning("fold %s: interpolation weight %.2f (best dev %s over %d queries)",
-                                            fold.name, best, metric, len(fold.dev))
+        log.warning("fold %s: interpolation weight %.2f (best dev %s over %d queries)", fold.name, best, metric,
+                    len(fold.dev))
         weights.update({q: best for q in fold.test})
     return weights

@@ -14,6 +14,7 @@ from .config import RunConfig
 from .core.datasets import Dataset, select_queries
 from .core.errors import ConfigError
 from .core.records import Query
+from .fusion import check_tunable
 from .model_cache import TrainingPlan, training_plan
 from .naming import run_names
 from .protocols import Fold, make_protocol
@@ -78,6 +79,8 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
         folds = make_protocol(dataset, split, config.seed, config.folds)
         tested = {q for fold in folds for q in fold.test}
         queries = [q for qid, q in dataset.queries.items() if qid in tested]
+        if weight == "auto":
+            check_tunable(folds, dataset.qrels)
         if not config.model:
             training = training_plan(config, dataset, split, folds)
     depth = 0 if config.rerank_depth >= k else config.rerank_depth

@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 from indexes import make_first_stage
 
 from .core.datasets import Dataset
-from .core.errors import PipelineError
+from .core.errors import ConfigError, PipelineError
 from .core.records import Query, Run, ScoredDoc
 
 log = logging.getLogger("pipeline.stages")
@@ -41,7 +41,7 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
     if reranker is None:
         return first
     if batch_size is not None and batch_size < 1:
-        raise PipelineError(f"the scoring batch size must be at least 1, got {batch_size}")
+        raise ConfigError(f"the scoring batch size must be at least 1, got {batch_size}")
     store = dataset.doc_store()
     for query_id, hits in first.items():
         missing = [h.doc_id for h in hits if h.doc_id not in store]

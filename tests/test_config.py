@@ -114,6 +114,31 @@ def test_the_guard_sees_work_starting(guarded):
         run_pipeline(RunConfig(dataset="toy", reranker="knrm", overrides=("epochs=1",), output_dir=guarded / "runs"))
 
 
+def test_auto_interpolation_without_judged_dev_queries_is_refused_before_training(guarded, monkeypatch):
+    dataset = toy_dataset()
+    dataset.qrels = [q for q in dataset.qrels if q.query_id not in dataset.splits["dev"]]
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    with pytest.raises(ConfigError, match="fold 'test' has no judged dev queries"):
+        run_pipeline(RunConfig(dataset="toy", reranker="knrm", output_dir=guarded / "runs"))
+    with pytest.raises(WorkStarted):  # a fixed weight needs no dev queries
+        run_pipeline(RunConfig(dataset="toy", reranker="knrm", interpolate="0.5", output_dir=guarded / "runs"))
+
+
+def test_pipeline_train_checks_its_options_before_training(guarded, monkeypatch, capsys):
+    from pipeline import train
+
+    monkeypatch.setattr("pipeline.train.load_dataset", lambda name, mirror=None: toy_dataset())
+    assert train.main(["--dataset", "toy"]) == 2
+    assert "choose a re-ranker to train" in capsys.readouterr().err
+    assert train.main(["--dataset", "toy", "--reranker", "knrm", "--set", "nope=1"]) == 2
+    assert "unknown model option 'nope'" in capsys.readouterr().err
+    assert train.main(["--dataset", "toy", "--reranker", "knrm", "--k", "0"]) == 2
+    assert "--k must be at least 1" in capsys.readouterr().err
+    with pytest.raises(WorkStarted):
+        train.train(RunConfig(dataset="toy", reranker="knrm"))
+    assert not (guarded / "models").exists()
+
+
 def test_a_config_made_in_python_checks_itself():
     with pytest.raises(ConfigError, match="--k must be at least 1"):
         RunConfig(k=0)
@@ -200,6 +225,7 @@ def plugins(monkeypatch):
     indexes.registry.register("in-order", first_in_order)
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")  # the t-test of a tiny toy run's equal scores
 def test_registered_plugins_are_listed_and_run(plugins, monkeypatch, tmp_path):
     monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: toy_dataset())
     monkeypatch.setenv("PIPELINE_MODEL_DIR", str(tmp_path / "models"))
