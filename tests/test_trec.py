@@ -447,3 +447,27 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     assert [h.doc_id for h in trec.read_run(run)["1"]] == ["d1", "d2"]
     docs = write(tmp_path / "docs.jsonl", bom + '{"id": "d1", "contents": "text one"}\n')
     assert list(trec.read_docs(docs)) == [Doc("d1", "text one")]
+
+
+@pytest.mark.parametrize("name, content, line", [
+    ("topics.tsv", "1\tfirst query\nq 2\tsecond query\n", 2),
+])
+def test_query_ids_with_whitespace_are_rejected_when_read(tmp_path, name, content, line):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataFormatError, match=rf"{name}:{line}: query id 'q 2' contains whitespace"):
+        trec.read_topics(path)
+
+
+@pytest.mark.parametrize("name, content, line", [
+    ("docs.jsonl", '{"id": "d1", "contents": "x"}\n{"id": "d 2", "contents": "y"}\n', 2),
+    ("docs.tsv", "d1\tx\nd 2\ty\n", 2),
+    ("docs.trec", "<DOC>\n<DOCNO>d1</DOCNO>\nx\n</DOC>\n<DOC>\n<DOCNO>d 2</DOCNO>\ny\n</DOC>\n", 5),
+])
+def test_doc_ids_with_whitespace_are_rejected_when_read(tmp_path, name, content, line):
+    from pipeline.core.trec import read_docs
+
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataFormatError, match=rf"{name}:{line}: doc id 'd 2' contains whitespace"):
+        list(read_docs(path))

@@ -40,10 +40,20 @@ def read_topics(path: str | os.PathLike) -> dict[str, Query]:
     return _read_tsv_topics(path, lines)
 
 
+def check_id(path, line: int | None, kind: str, identifier: str) -> str:
+    """``identifier`` if it can stand in a TREC run or qrels column (non-empty, no whitespace), else a
+    :class:`DataFormatError` at ``path:line``: caught when the file is read, not when a run is written."""
+    if not identifier:
+        raise DataFormatError(path, line, f"empty {kind} id")
+    if any(character.isspace() for character in identifier):
+        raise DataFormatError(path, line, f"{kind} id {identifier!r} contains whitespace; TREC runs and qrels "
+                                          f"separate columns by whitespace, so ids must be one word")
+    return identifier
+
+
 def _add_query(queries: dict[str, Query], path, line: int, query_id: str, text: str) -> None:
     text = " ".join(text.split())
-    if not query_id:
-        raise DataFormatError(path, line, "empty query id")
+    check_id(path, line, "query", query_id)
     if not text:
         raise DataFormatError(path, line, f"query {query_id!r} has empty text; expected a non-empty query")
     if query_id in queries:
@@ -321,7 +331,7 @@ def _jsonl_docs(path, lines) -> Iterator[tuple[int, Doc]]:
             raise DataFormatError(path, number, f"JSON object has no id field (one of {', '.join(_ID_KEYS)})")
         body = next((str(record[k]) for k in _TEXT_KEYS if k in record), "")
         title = str(record.get("title", "") or "")
-        yield number, Doc(doc_id, f"{title} {body}".strip() if title else body)
+        yield number, Doc(check_id(path, number, "doc", doc_id), f"{title} {body}".strip() if title else body)
 
 
 def _tsv_docs(path, lines) -> Iterator[tuple[int, Doc]]:
@@ -331,7 +341,7 @@ def _tsv_docs(path, lines) -> Iterator[tuple[int, Doc]]:
         parts = text.split("\t", 1)
         if len(parts) != 2:
             raise DataFormatError(path, number, f"expected 'doc_id<TAB>text', got {text[:80]!r}")
-        yield number, Doc(parts[0].strip(), parts[1])
+        yield number, Doc(check_id(path, number, "doc", parts[0].strip()), parts[1])
 
 
 _DOCNO = re.compile(r"<DOCNO>\s*(.*?)\s*</DOCNO>", re.IGNORECASE | re.DOTALL)
@@ -367,5 +377,6 @@ def _sgml_doc(path, line, content: str) -> Doc:
     match = _DOCNO.search(content)
     if not match or not match.group(1):
         raise DataFormatError(path, line, "document without <DOCNO>; expected <DOCNO>id</DOCNO>")
+    check_id(path, line, "doc", match.group(1))
     text = _ANY_TAG.sub(" ", content[: match.start()] + " " + content[match.end() :])
     return Doc(match.group(1), " ".join(text.split()))
