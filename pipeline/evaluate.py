@@ -13,10 +13,10 @@ the queries both runs are scored on.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
+from .cli_options import OptionParser
 from .core.datasets import load_dataset, select_queries
 from .core.errors import PipelineError
 from .core.evaluation import DEFAULT_MEASURES, compare, run_name, save_report
@@ -24,8 +24,9 @@ from .core.trec import read_qrels, read_run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.evaluate", description=__doc__.split("\n\n")[0])
+    """Command-line entry point (see the module docstring); bad options and inputs print ``error: ...`` and
+    exit with status 2."""
+    parser = OptionParser(prog="python -m pipeline.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="TREC run files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--qrels", help="TREC qrels file")
@@ -40,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="evaluation", help="file stem of the report")
     parser.add_argument("--split", help="with --dataset: evaluate only this split's queries")
     parser.add_argument("--no-check-docs", action="store_true", help="do not check run doc ids against the collection")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         known_docs = known_queries = None
         if args.dataset:
             dataset = load_dataset(args.dataset, args.mirror)

@@ -137,3 +137,16 @@ def test_run_cli_negative_rerank_depth_exits_2_before_any_work(tmp_path, data_ro
     assert result.returncode == 2
     assert "--rerank-depth must be at least 0, got -1" in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_cli_bad_options_are_one_error_line(tmp_path, capsys):
+    from pipeline.evaluate import main
+
+    run = write(tmp_path / "a.run", "1 Q0 d1 1 2.0 t\n")
+    qrels = write(tmp_path / "qrels.txt", "1 0 d1 1\n")
+    for argv, message in [([str(run), "--qrels", str(qrels), "--test", "bogus"], "argument --test: invalid choice"),
+                          ([str(run)], "one of the arguments --qrels --dataset is required"),
+                          ([str(run), "--qrels", str(qrels), "--metrics", "AP Bogus@3"], "unknown measure 'Bogus@3'")]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and "Traceback" not in err
