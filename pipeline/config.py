@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from indexes import BM25Settings, check_first_stage
-from indexes import available as first_stages
-from rerankers import available as rerankers
+from indexes import available as first_stage_names
+from rerankers import available as reranker_names
 
 from .core.errors import ConfigError
 from .core.evaluation import parse_measures
@@ -92,8 +92,8 @@ class RunConfig:
                           "TREC Microblog, HCAN's own data, re-ranking 2014 with models trained on 2011-2013)")
     split: str | None = option(None, "run only this split's queries (e.g. test, 2013, raw-test); with a "
                                "re-ranker, the protocol's test split (default: the dataset's)")
-    reranker: str = option("none", lambda: f"re-ranker: {', '.join(rerankers())} (default: none)", metavar="NAME")
-    first_stage: str = option("auto", lambda: f"first stage: {', '.join(first_stages())} (default: auto)",
+    reranker: str = option("none", lambda: f"re-ranker: {', '.join(reranker_names())} (default: none)", metavar="NAME")
+    first_stage: str = option("auto", lambda: f"first stage: {', '.join(first_stage_names())} (default: auto)",
                               metavar="NAME")
     k: int | None = option(None, "candidates per query from the first stage, at least 1 (default: the dataset's, "
                            "else 1000, or 100 with a re-ranker)")
@@ -143,7 +143,7 @@ class RunConfig:
 
     def check(self) -> None:
         """Every check that needs no dataset; the first failing one is a :class:`ConfigError`."""
-        known = rerankers()
+        known = reranker_names()
         if self.reranker not in known:
             raise ConfigError(f"--reranker: unknown re-ranker {self.reranker!r}; choose one of {', '.join(known)}")
         try:
