@@ -98,11 +98,12 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
     with atomic_directory(path) as temp:
         collection = temp / "collection"
         collection.mkdir()
-        count = 0
+        count = searchable = 0
         with open(collection / "docs.jsonl", "w", encoding="utf-8") as handle:
             for doc in tqdm(dataset.docs_iter(), desc=f"exporting {dataset.name} docs", unit="doc"):
                 handle.write(json.dumps({"id": doc.doc_id, "contents": doc.text}) + "\n")
                 count += 1
+                searchable += bool(doc.text.strip())  # Anserini skips empty documents (Cranfield has two)
         if count == 0:
             raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
         args = [
@@ -119,14 +120,14 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
         if not (temp / "lucene").is_dir():
             raise PipelineError(f"Anserini produced no index for {dataset.name!r} (see its log above)")
         try:  # Anserini logs some failures (a full disk) and returns: check what it wrote before caching it
-            verify_index(temp, count)
+            verify_index(temp, searchable)
         except CorruptCacheError as error:
             raise PipelineError(f"Anserini did not write a whole index of {dataset.name!r}: "
                                 f"{error.reason}; nothing was cached "
                                 f"(see Anserini's log above, e.g. for 'No space left on device')") from None
         with atomic_write(temp / META_FILE) as handle:
             json.dump({"dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
-                       "documents": count, "options": asdict(options),
+                       "documents": count, "indexed": searchable, "options": asdict(options),
                        "seconds": round(time.perf_counter() - started, 2)}, handle, indent=1)
     return path
 
@@ -164,7 +165,7 @@ class BM25Retriever:
             raise PipelineError(f"{path}: not a finished index (build it with python -m pipeline.index)")
         metadata = index_metadata(path)
         options = LuceneOptions(**metadata["options"])
-        check_index(path, metadata.get("documents"))  # a damaged cache is an error, never different numbers
+        check_index(path, metadata.get("indexed", metadata.get("documents")))  # a damaged cache is an error, never different numbers
         self.path, self.k1, self.b, self.rm3, self.threads = path, k1, b, rm3, threads
         self.name = "bm25+rm3" if rm3 else "bm25"
         analyzer = anserini_class("io.anserini.analysis.DefaultEnglishAnalyzer").fromArguments(

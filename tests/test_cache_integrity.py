@@ -104,3 +104,16 @@ def test_two_processes_building_the_same_index_build_it_once(tmp_path):
     assert sum(err.count("indexing ") for _, err in results) == 1           # one of them built it
     built = json.loads((index / lucene.META_FILE).read_text())
     assert built["documents"] == len(list(tiny_dataset().docs_iter()))
+
+
+def test_empty_documents_are_counted_out_of_the_expected_size(tmp_path):
+    from pipeline.core.datasets import Dataset
+    from pipeline.core.records import Doc
+
+    base = tiny_dataset()
+    docs = [*base.docs_iter(), Doc("blank", "   "), Doc("empty", "")]      # Anserini indexes neither
+    dataset = Dataset("tiny-blanks", base.queries, [], lambda: list(docs), "tiny-blanks-v1")
+    path = build_index(dataset, LuceneOptions("porter"), root=tmp_path)
+    metadata = lucene.index_metadata(path)
+    assert metadata["documents"] == len(docs) and metadata["indexed"] == len(docs) - 2
+    BM25Retriever(path)
