@@ -28,6 +28,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,8 @@ from .config import RunConfig
 from .config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
 from .core import evaluation
 from .core.datasets import load_dataset
-from .core.errors import PipelineError
+from .core.errors import ConfigError, PipelineError
+from .core.interrupts import exit_cleanly
 from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluate``, see above)
 from .core.records import Run
 from .core.runtime import seed_everything
@@ -50,6 +52,21 @@ from .plan import plan_run
 from .stages import append_tail, head, rerank, retrieve
 
 log = logging.getLogger("pipeline.run")
+
+
+def check_writable(directory: Path) -> None:
+    """A :class:`ConfigError` now, before any work, when runs cannot be written to ``directory``."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        raise ConfigError(f"--output-dir {directory}: cannot write there ({error.strerror or error})") from None
+
+
+#: what an interrupted run keeps, printed with the exit status 130 (Ctrl-C) or 143 (kill)
+KEPT_ON_INTERRUPT = ("trained models and finished training epochs are kept in the model cache, built indexes in "
+                     "theirs, no partial run file; run the same command to resume")
 
 
 @dataclass
@@ -75,6 +92,7 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     seed_everything(config.seed)
     dataset = load_dataset(config.dataset, config.mirror)
     plan = plan_run(config, dataset)
+    check_writable(config.output_dir)
     if config.threads:  # read by the re-rankers when they first score or train (torch is not loaded yet)
         os.environ["PIPELINE_THREADS"] = str(config.threads)
     timings["load"] = time.perf_counter() - started
@@ -146,10 +164,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: a bad option or input prints ``error: ...`` and exits with status 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        result = run_pipeline(parse_config(argv))
+        with exit_cleanly(KEPT_ON_INTERRUPT):
+            result = run_pipeline(parse_config(argv))
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # the disk filled up or went away mid-run: nothing half-written was kept
+        where = f" {error.filename}" if error.filename else ""
+        print(f"error: cannot write{where}: {error.strerror or error}; no partial run or cache entry was kept",
+              file=sys.stderr)
+        return 1
     print(f"run: {result.run_path}")
     if result.comparison is not None:
         print(result.comparison.markdown())

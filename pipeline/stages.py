@@ -3,6 +3,7 @@ over its candidates), with :func:`head` and :func:`append_tail` for re-ranking o
 from __future__ import annotations
 
 import logging
+import math
 from typing import Sequence
 
 from tqdm.auto import tqdm
@@ -71,7 +72,12 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
                 hits = first[query_id]
                 if len(scores) != len(hits):
                     raise PipelineError(f"{reranker.name} returned {len(scores)} scores for {len(hits)} candidates")
-                result[query_id] = [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
+                values = [float(s) for s in scores]
+                bad = next((h.doc_id for h, v in zip(hits, values) if not math.isfinite(v)), None)
+                if bad is not None:  # e.g. a damaged checkpoint: never rank by NaN
+                    raise PipelineError(f"{reranker.name} gave a non-finite score to doc {bad!r} of query "
+                                        f"{query_id!r}; its weights are damaged or diverged (retrain with --retrain)")
+                result[query_id] = [ScoredDoc(query_id, h.doc_id, v) for h, v in zip(hits, values)]
             bar.update(len(chunk))
     return result
 

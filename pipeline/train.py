@@ -20,9 +20,10 @@ from typing import Sequence
 from .config import RunConfig
 from .core.datasets import load_dataset
 from .core.errors import PipelineError
+from .core.interrupts import exit_cleanly
 from .core.runtime import seed_everything, set_threads
 from .model_cache import FoldModel, fold_models, training_plan
-from .run import build_parser, parse_config
+from .run import KEPT_ON_INTERRUPT, build_parser, parse_config
 
 
 def fold_line(model: FoldModel) -> str:
@@ -56,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.prog = "python -m pipeline.train"
     parser.description = __doc__.split("\n\n")[0]
     try:
-        train(parse_config(argv, parser))
+        with exit_cleanly(KEPT_ON_INTERRUPT):
+            train(parse_config(argv, parser))
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -240,3 +240,44 @@ def test_registered_plugins_are_listed_and_run(plugins, monkeypatch, tmp_path):
     assert len(list((tmp_path / "models").rglob("word-share-test-seed42-*.pt"))) == 1  # trained once, cached
     with pytest.raises(ConfigError, match="re-ranker 'word-share' takes no options"):
         run_pipeline(parse_config(["--dataset", "toy", "--reranker", "word-share", "--set", "epochs=2"]))
+
+
+def test_an_output_dir_that_cannot_be_written_is_refused_before_any_work(guarded, capsys):
+    blocker = guarded / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="--output-dir .*a-file/runs: cannot write there"):
+        run_pipeline(RunConfig(dataset="toy", output_dir=blocker / "runs"))
+    assert main(["--dataset", "toy", "--output-dir", str(blocker / "runs")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_full_disk_while_writing_the_run_is_an_error_line(monkeypatch, tmp_path, capsys):
+    import errno
+
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: toy_dataset())
+    target = tmp_path / "runs" / "x.run"
+
+    def full_disk(path, run, tag="pipeline"):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    monkeypatch.setattr("pipeline.run.write_run", full_disk)
+    assert main(["--dataset", "toy", "--output-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert f"error: cannot write {target}: No space left on device; no partial run" in err
+    assert "Traceback" not in err
+
+
+def test_a_reranker_giving_nan_is_an_error_naming_the_query():
+    from pipeline.core.errors import PipelineError
+    from pipeline.stages import rerank
+
+    dataset = toy_dataset()
+
+    class Broken:
+        name = "broken"
+
+        def score(self, query, docs):
+            return [float("nan")] * len(docs)
+
+    with pytest.raises(PipelineError, match="broken gave a non-finite score to doc .* of query"):
+        rerank(Broken(), dataset, dataset.first_stage)

@@ -51,3 +51,82 @@ def test_a_signal_during_torch_work_with_the_jvm_running_exits_cleanly(tmp_path,
     assert f"{word}: nothing to keep in this test; run it again" in stderr
     assert "Traceback" not in stderr
     assert not list(tmp_path.glob("hs_err_pid*.log"))              # no JVM crash report
+
+
+def start(args, tmp_path, **env):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", **env}
+    return subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(child, needle: str, limit: float = 120) -> None:
+    """Read the child's stderr until a line holds ``needle``."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        line = child.stderr.readline()
+        if needle in line:
+            return
+        if not line and child.poll() is not None:
+            raise AssertionError(f"the child ended (status {child.returncode}) before printing {needle!r}")
+    raise AssertionError(f"no {needle!r} within {limit} s")
+
+
+@pytest.mark.parametrize("signum, status, word", [(signal.SIGINT, EXIT_SIGINT, "interrupted"),
+                                                  (signal.SIGTERM, EXIT_SIGTERM, "terminated")])
+def test_pipeline_run_interrupted_while_training_says_what_it_kept(tmp_path, signum, status, word):
+    from tests.test_framework import TOPICS, write_pairs
+
+    data = tmp_path / "pairs"
+    write_pairs(data / "train", 1, TOPICS[:8])
+    write_pairs(data / "dev", 2, TOPICS[8:10])
+    write_pairs(data / "test", 3, TOPICS[10:])
+    child = start(["-m", "pipeline.run", "--dataset", str(data), "--reranker", "hcan", "--threads", "1",
+                   "--set", "embeddings=random", "--set", "embedding_dim=8", "--set", "epochs=100000",
+                   "--set", "patience=100000", "--output-dir", str(tmp_path / "runs")], tmp_path,
+                  PIPELINE_MODEL_DIR=str(tmp_path / "models"))
+    try:
+        wait_for(child, "training hcan")
+        time.sleep(2)
+        child.send_signal(signum)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == status, stderr
+    assert f"{word}: trained models and finished training epochs are kept" in stderr
+    assert "Traceback" not in stderr and not list(tmp_path.glob("hs_err_pid*.log"))
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*.run"))
+
+
+INDEX_BUILD = """
+import sys
+from pipeline.core.datasets import Dataset
+from pipeline.core.interrupts import exit_cleanly
+from pipeline.core.records import Doc, Query
+from indexes.lucene import LuceneOptions, build_index
+
+def docs():
+    for number in range(10**9):                 # long enough to be interrupted while exporting
+        if number == 1000:
+            print("exporting", file=sys.stderr, flush=True)
+        yield Doc(f"d{number}", f"word{number % 97} text{number % 13}")
+
+dataset = Dataset("endless", {"1": Query("1", "word1")}, [], docs, "endless-v1")
+with exit_cleanly("nothing was cached; run the same command to build the index again"):
+    build_index(dataset, LuceneOptions(), root=__import__("pathlib").Path(sys.argv[1]))
+"""
+
+
+def test_an_interrupted_index_build_leaves_no_temp_directory(tmp_path):
+    root = tmp_path / "indexes"
+    child = start(["-c", INDEX_BUILD, str(root)], tmp_path)
+    try:
+        wait_for(child, "exporting")
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == EXIT_SIGTERM, stderr
+    assert "terminated: nothing was cached" in stderr and "Traceback" not in stderr
+    assert list(root.iterdir()) == []            # no index, no hidden temp directory
