@@ -41,7 +41,7 @@ def main() -> None:
                 argv += ["--set", option]
             run_args = build_parser().parse_args(argv)
             run_args.k = run_args.k or 100
-            reranker = obtain_reranker(name, dataset, run_args)
+            reranker = obtain_reranker(run_args, dataset)
             data = RankingData.from_dataset(dataset, dataset.splits[args.split], dataset.first_stage)
             shares.append(matrix_variance_drop(reranker, data))
             relevant.append(matrix_variance_drop(reranker, data, relevant_only=True))

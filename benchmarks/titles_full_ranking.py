@@ -88,7 +88,7 @@ def main() -> None:
                     "--k", str(args.k), "--threads", str(args.threads)]
             for option in args.set:
                 argv += ["--set", option]
-            reranker = obtain_reranker(name, dataset, build_parser().parse_args(argv))
+            reranker = obtain_reranker(build_parser().parse_args(argv), dataset)
             scores = np.array([reranker.score(dataset.queries[q], abstracts) for q in test], dtype=np.float64)
             ranks = ranks_of_own_abstract(scores)
             row = results.setdefault(name, {"seeds": [], "P@1": [], "MRR": []})

@@ -6,7 +6,6 @@ from functools import partial
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import CheckpointError, PipelineError

@@ -21,7 +21,7 @@ def _table(path: Path, seed: int, reranked: float, interpolated: float, p: float
         f"Re-ranker: loaded models/x.pt. Interpolation weight {weight} on the first stage, tuned on 49 dev queries.\n\n"
         + HEADER
         + f"| nfcorpus (323 q) | bm25 | {bm25} | 0.2572 | {reranked:.4f} | 0.1331 | - | 154 | {interpolated:.4f} | 0.1563 | {p:.3f} |\n"
-        + f"| nfcorpus (323 q) | codes | 0.2910 | 0.2710 | 0.2604 | 0.1070 | 0.000 | 111 | 0.2900 | 0.1321 | 0.500 |\n")
+        + "| nfcorpus (323 q) | codes | 0.2910 | 0.2710 | 0.2604 | 0.1070 | 0.000 | 111 | 0.2900 | 0.1321 | 0.500 |\n")
     return path
 
 
