@@ -76,6 +76,7 @@ from pipeline.core.progress import progress_switch
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Query, Run, ScoredDoc
+from rerankers.checkpoints import load_checkpoint, save_checkpoint
 from rerankers.blocks import maxsim as late_interaction
 
 from .base import BM25Settings
@@ -796,8 +797,7 @@ def save_encoder(model, options: CodeOptions, path: Path, extra: dict | None = N
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
     payload = {"format": CHECKPOINT_FORMAT, "options": options.training_fields(), "state_dict": state,
                "skip_ids": model.skip_ids.tolist(), **(extra or {})}
-    with atomic_write(path, "wb") as handle:
-        torch.save(payload, handle)
+    save_checkpoint(path, payload)
 
 
 def load_encoder_checkpoint(path: Path, device=None):
@@ -805,10 +805,7 @@ def load_encoder_checkpoint(path: Path, device=None):
     from pipeline.core.errors import CheckpointError
     from rerankers.encoders import load_encoder
 
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise CheckpointError(f"{path}: cannot read the code encoder checkpoint ({error})") from None
+    payload = load_checkpoint(path, "code encoder checkpoint")
     if payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
     opts = payload["options"]

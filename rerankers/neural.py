@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
-from pipeline.core.atomic import atomic_write
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.options import apply_overrides
 from pipeline.core.records import Doc, Query
 from pipeline.core.runtime import set_threads
 from pipeline.core.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
 
+from .checkpoints import load_checkpoint, project_version, save_checkpoint
 from .embeddings import load_embeddings
 from .training.config import TrainConfig
 from .training.loop import Trainer
@@ -32,8 +32,6 @@ from .training.loop import Trainer
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
-_SAFE_LOAD = True  # checkpoints hold only plain types and tensors
-PROJECT_VERSION = "0.1.0"
 
 
 @dataclass
@@ -255,10 +253,10 @@ class WordReranker(TorchReranker):
             "embedding_shape": list(self.embedding_shape),
             "idf": self.idf.to_json() if self.idf else None,
             "state_dict": {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
-            "versions": {"project": PROJECT_VERSION, "torch": str(torch.__version__), "python": platform.python_version()},
+            "versions": {"project": project_version(), "torch": str(torch.__version__),
+                         "python": platform.python_version()},
         }
-        with atomic_write(Path(path), "wb") as handle:
-            torch.save(payload, handle)
+        save_checkpoint(path, payload)
 
     @classmethod
     def load(cls, path) -> "WordReranker":
@@ -266,14 +264,9 @@ class WordReranker(TorchReranker):
         import torch
 
         path = Path(path)
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=_SAFE_LOAD)
-        except FileNotFoundError:
-            raise CheckpointError(f"{path}: checkpoint not found") from None
-        except Exception as error:  # torch raises many types for truncated/foreign files
-            raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
-        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"{path}: unknown checkpoint format {payload.get('format') if isinstance(payload, dict) else None!r}")
+        payload = load_checkpoint(path)
+        if payload.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{path}: unknown checkpoint format {payload.get('format')!r}")
         if payload.get("reranker") != cls.name:
             raise CheckpointError(f"{path}: holds a {payload.get('reranker')!r} model, not {cls.name!r}")
         try:

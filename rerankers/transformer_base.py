@@ -41,12 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
-from pipeline.core.atomic import atomic_write
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
 
 from .encoders import DEFAULT_ENCODER, load_encoder
-from .neural import PROJECT_VERSION, TorchReranker
+from .checkpoints import load_checkpoint, project_version, save_checkpoint
+from .neural import TorchReranker
 from .training.config import TrainConfig
 from .training.loop import Trainer
 
@@ -54,7 +54,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_KIND = "transformer"
-_SAFE_LOAD = True  # checkpoints hold only plain types and tensors
 #: encoder-config fields that must agree between a checkpoint and the encoder it is rebuilt on
 _ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
                       "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size")
@@ -434,28 +433,20 @@ class TransformerReranker(TorchReranker):
             "seed": self.seed,
             "encoder": dict(self.encoder_description or {}),
             "state_dict": {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
-            "versions": {"project": PROJECT_VERSION, "torch": str(torch.__version__),
+            "versions": {"project": project_version(), "torch": str(torch.__version__),
                          "transformers": str(transformers.__version__), "python": platform.python_version()},
         }
-        with atomic_write(Path(path), "wb") as handle:
-            torch.save(payload, handle)
+        save_checkpoint(path, payload)
 
     @classmethod
     def load(cls, path) -> "TransformerReranker":
         """Read a checkpoint written by :meth:`save`; a wrong model, format, encoder or weights is a
         :class:`~pipeline.errors.CheckpointError` naming ``path``."""
-        import torch
 
         path = Path(path)
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=_SAFE_LOAD)
-        except FileNotFoundError:
-            raise CheckpointError(f"{path}: checkpoint not found") from None
-        except Exception as error:  # torch raises many types for truncated/foreign files
-            raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
-        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT \
-                or payload.get("kind") != CHECKPOINT_KIND:
-            found = (payload.get("format"), payload.get("kind")) if isinstance(payload, dict) else None
+        payload = load_checkpoint(path)
+        if payload.get("format") != CHECKPOINT_FORMAT or payload.get("kind") != CHECKPOINT_KIND:
+            found = (payload.get("format"), payload.get("kind"))
             raise CheckpointError(f"{path}: not a transformer re-ranker checkpoint (format/kind {found!r})")
         if payload.get("reranker") != cls.name:
             raise CheckpointError(f"{path}: holds a {payload.get('reranker')!r} model, not {cls.name!r}")

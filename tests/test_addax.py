@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
+from rerankers.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers.training.config import TrainConfig
 from rerankers import reranker_class
@@ -420,17 +421,17 @@ def test_bad_checkpoints_are_checkpoint_errors_naming_the_file(tiny_encoder, tmp
         AddaxNoHashingReranker.load(path)
     payload = torch.load(path, weights_only=True)
     payload["state_dict"].pop(next(k for k in payload["state_dict"] if k.startswith("denoiser")))
-    torch.save(payload, tmp_path / "truncated.pt")
+    save_checkpoint(tmp_path / "truncated.pt", payload)
     with pytest.raises(CheckpointError, match="truncated.pt.*weights"):
         AddaxReranker.load(tmp_path / "truncated.pt")
     payload = torch.load(path, weights_only=True)
     payload["encoder_config"]["encoder"] = str(tmp_path / "no-such-encoder")
-    torch.save(payload, tmp_path / "lost.pt")
+    save_checkpoint(tmp_path / "lost.pt", payload)
     with pytest.raises(CheckpointError, match="lost.pt.*no-such-encoder"):
         AddaxReranker.load(tmp_path / "lost.pt")
     payload = torch.load(path, weights_only=True)
     payload["model_config"]["no_such_option"] = 1
-    torch.save(payload, tmp_path / "config.pt")
+    save_checkpoint(tmp_path / "config.pt", payload)
     with pytest.raises(CheckpointError, match="config.pt"):
         AddaxReranker.load(tmp_path / "config.pt")
 

@@ -10,6 +10,7 @@ import torch
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
+from rerankers.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers import reranker_class
 from rerankers.cross_encoder import CrossEncoderReranker
@@ -129,7 +130,7 @@ def test_save_load_round_trip_and_bad_checkpoints(tiny_encoder, tmp_path):
     with pytest.raises(CheckpointError, match="cross.pt.*'cross-encoder'"):
         AddaxReranker.load(path)
     payload["encoder"]["tokenizer"] = "0" * 16
-    torch.save(payload, tmp_path / "other-tokenizer.pt")
+    save_checkpoint(tmp_path / "other-tokenizer.pt", payload)
     with pytest.raises(CheckpointError, match="other-tokenizer.pt.*tokenizer"):
         CrossEncoderReranker.load(tmp_path / "other-tokenizer.pt")
     (tmp_path / "empty.pt").write_bytes(b"")

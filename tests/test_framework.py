@@ -28,7 +28,9 @@ from pipeline.model_cache import cached_checkpoint, checkpoint_path
 from rerankers.training.optim import learning_rate_factor
 from rerankers import available, reranker_class
 from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
+from rerankers.checkpoints import save_checkpoint
 from rerankers.hcan import HCANReranker
+from rerankers.training.loop import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"num_filters": 16, "hidden_dim": 16, "num_layers": 2, "max_query_len": 8, "embeddings": "random",
@@ -394,9 +396,57 @@ def test_bad_checkpoints_are_clear_errors(tiny, tmp_path):
     payload = torch.load(good, weights_only=True)
     payload["model_config"]["num_filters"] = 32  # weights no longer fit the config
     mismatched = tmp_path / "mismatched.pt"
-    torch.save(payload, mismatched)
+    save_checkpoint(mismatched, payload)
     with pytest.raises(CheckpointError, match="weights do not fit"):
         HCANReranker.load(mismatched)
+    edited = tmp_path / "edited.pt"
+    torch.save(payload, edited)  # changed after its digest was taken
+    with pytest.raises(CheckpointError, match="edited.pt: checkpoint is damaged"):
+        HCANReranker.load(edited)
+
+
+def flip_a_weight_byte(path: Path) -> None:
+    """Flip one byte inside the largest tensor of a ``torch.save`` archive, leaving the zip structure intact."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        entry = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    raw = bytearray(path.read_bytes())
+    name_length, extra_length = int.from_bytes(raw[entry.header_offset + 26:entry.header_offset + 28], "little"), \
+        int.from_bytes(raw[entry.header_offset + 28:entry.header_offset + 30], "little")
+    raw[entry.header_offset + 30 + name_length + extra_length + entry.file_size // 2] ^= 0x10
+    path.write_bytes(bytes(raw))
+
+
+def test_a_flipped_bit_in_the_weights_is_found_although_torch_loads_the_file(tiny, tmp_path):
+    reranker, _, _ = train_tiny(tiny, epochs=1)
+    path = tmp_path / "model.pt"
+    reranker.save(path)
+    before = torch.load(path, weights_only=True)["state_dict"]
+    flip_a_weight_byte(path)
+    after = torch.load(path, weights_only=True)["state_dict"]  # torch does not notice
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    with pytest.raises(CheckpointError, match="model.pt: checkpoint is damaged"):
+        HCANReranker.load(path)
+
+
+def test_a_damaged_or_foreign_training_state_is_refused(tiny, tmp_path):
+    reranker, _, _ = train_tiny(tiny, epochs=1)
+    model = tmp_path / "model.pt"
+    reranker.save(model)
+    trainer = Trainer(reranker, reranker.train_config, reranker.seed)
+    state = tmp_path / "model.pt.training-state"
+    trainer.save_state(state, {"epoch": 1, "module": reranker.module.state_dict(),
+                               "generators": trainer.generator_states(random.Random(1))})
+    assert trainer.load_state(state)["epoch"] == 1
+    flip_a_weight_byte(state)
+    with pytest.raises(CheckpointError, match="training state is damaged"):
+        trainer.load_state(state)
+    with pytest.raises(CheckpointError, match="not a training state"):
+        trainer.load_state(model)  # a model is not a training state ...
+    trainer.save_state(state, {"epoch": 1, "module": reranker.module.state_dict()})
+    with pytest.raises(CheckpointError, match="unknown checkpoint format"):
+        HCANReranker.load(state)  # ... and a training state is not a model
 
 
 def test_a_checkpoint_is_found_under_another_test_splits_name(tiny, tmp_path, monkeypatch):
@@ -605,5 +655,5 @@ def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeyp
     with pytest.raises(CheckpointError, match=r"model\.pt\.training-state: training state of another training"):
         resumable_fit(tiny, path, learning_rate=0.02)
     state.write_bytes(b"not a torch file")
-    with pytest.raises(CheckpointError, match=r"model\.pt\.training-state: unreadable training state"):
+    with pytest.raises(CheckpointError, match=r"model\.pt\.training-state: not a readable training state"):
         resumable_fit(tiny, path)

@@ -18,6 +18,7 @@ import torch
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
+from rerankers.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers.training.optim import parameter_groups
 from rerankers.cross_encoder import CrossEncoderModel, CrossEncoderReranker, PretrainedHeadModel
@@ -274,6 +275,6 @@ def test_checkpoint_without_head_option_loads_as_a_fresh_head(two_labels, tmp_pa
     reranker.save(tmp_path / "old.pt")
     payload = torch.load(tmp_path / "old.pt", weights_only=True)
     del payload["model_config"]["head"]
-    torch.save(payload, tmp_path / "old.pt")
+    save_checkpoint(tmp_path / "old.pt", payload)
     loaded = CrossEncoderReranker.load(tmp_path / "old.pt")
     assert isinstance(loaded.module, CrossEncoderModel) and loaded.score(QUERY, DOCS) == before

@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pipeline.core.atomic import atomic_write
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.evaluation import evaluate
 from pipeline.core.records import Doc, Query
 from pipeline.core.runtime import resolve_device, seed_everything, set_threads
 
+from ..checkpoints import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .data import RankingData, rerank_candidates
 from .optim import learning_rate_factor, parameter_groups
 
+TRAINING_STATE_KIND = "training-state"
 log = logging.getLogger("rerankers.training")
 
 
@@ -265,7 +266,10 @@ class Trainer:
         import numpy as np
         import torch
 
-        states = {"loop": rng.getstate(), "python": random.getstate(), "numpy": np.random.get_state(),
+        # numpy's key array as a tensor: the state file is read with weights_only=True, which refuses ndarrays
+        name, keys, position, has_gauss, cached = np.random.get_state()
+        states = {"loop": rng.getstate(), "python": random.getstate(),
+                  "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached),
                   "torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             states["cuda"] = torch.cuda.get_rng_state_all()
@@ -279,29 +283,23 @@ class Trainer:
 
         rng.setstate(states["loop"])
         random.setstate(states["python"])
-        np.random.set_state(states["numpy"])
+        name, keys, position, has_gauss, cached = states["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), position, has_gauss, cached))
         torch.set_rng_state(states["torch"])
         if "cuda" in states and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(states["cuda"])
 
     def save_state(self, path: Path, state: dict) -> None:
-        """Write one epoch's training state to ``path`` atomically."""
-        import torch
-
-        with atomic_write(path, "wb") as handle:
-            torch.save({"identity": self.state_identity(), **state}, handle)
+        """Write one epoch's training state to ``path`` atomically, with its digest."""
+        save_checkpoint(path, {"kind": TRAINING_STATE_KIND, "identity": self.state_identity(), **state})
 
     def load_state(self, path: Path) -> dict:
         """A training state written by :meth:`save_state` for this very training, or a clear error."""
-        import torch
-
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as error:  # noqa: BLE001 - any unreadable file gets the same message
-            raise CheckpointError(f"{path}: unreadable training state ({error}); delete it to start over") from error
-        if not isinstance(state, dict) or state.get("identity") != self.state_identity():
-            found = state.get("identity") if isinstance(state, dict) else None
-            raise CheckpointError(f"{path}: training state of another training ({found}), expected "
+        state = load_checkpoint(path, "training state")
+        if state.get("kind") != TRAINING_STATE_KIND:
+            raise CheckpointError(f"{path}: not a training state (kind {state.get('kind')!r}); delete it to start over")
+        if state.get("identity") != self.state_identity():
+            raise CheckpointError(f"{path}: training state of another training ({state.get('identity')}), expected "
                                   f"{self.state_identity()}; delete it to start over")
         return state
 
