@@ -21,8 +21,11 @@ from typing import Sequence
 
 from .core.datasets import load_dataset
 from .core.errors import PipelineError
+from .core.interrupts import exit_cleanly
 
 KINDS = ("lucene", "codes", "colbert")
+KEPT_ON_INTERRUPT = ("no half-built index was left; finished code-index shards are kept, run the same command "
+                     "to resume")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "(balanced bits; scores decode the unit vector back; no fine-tuning)")
     codes.add_argument("--index-type", default="flat", choices=["flat", "hnsw"], help="faiss index structure")
     args = parser.parse_args(argv)
+    with exit_cleanly(KEPT_ON_INTERRUPT):
+        return build(args)
+
+
+def build(args: argparse.Namespace) -> int:
+    """Build the index ``args`` describe and print where it is; 2 on an expected fault (one error line)."""
     started = time.perf_counter()
     try:
         dataset = load_dataset(args.dataset, args.mirror)

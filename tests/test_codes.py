@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import faiss
@@ -26,7 +29,8 @@ from indexes.codes import (
     index_metadata, index_path, is_complete, maxsim, new_encoder, pack_codes, resolve_training, unpack_codes,
 )
 from pipeline.core.datasets import Dataset
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import CheckpointError, CorruptCacheError, PipelineError
+from pipeline.core.filecheck import stamp_is_fresh
 from pipeline.core.records import Doc, Qrel, Query
 from pipeline.core.runtime import seed_everything
 from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
@@ -428,8 +432,8 @@ def test_second_build_uses_the_cache(built, tiny_encoder, dataset, root, monkeyp
     def no_encoder(*args, **kwargs):
         raise AssertionError("encoder loaded or trained again")
 
-    monkeypatch.setattr(codes, "train_encoder", no_encoder)
-    monkeypatch.setattr(codes, "load_encoder_checkpoint", no_encoder)
+    monkeypatch.setattr(codes.encoders, "train_encoder", no_encoder)
+    monkeypatch.setattr(codes.build, "load_encoder_checkpoint", no_encoder)
     again = dataclasses.replace(dataset, docs_factory=no_docs, _store=None)
     assert build_code_index(again, small_options(tiny_encoder), root) == built["codes"]
     assert os.stat(built["codes"] / codes.META_FILE).st_mtime_ns == before
@@ -517,7 +521,7 @@ def test_interrupted_build_resumes_from_the_last_finished_shard(tiny_encoder, da
         raise AssertionError("the cached encoder should be reused")
 
     monkeypatch.setattr(TokenCodeEncoder, "encode_docs", counting)
-    monkeypatch.setattr(codes, "train_encoder", no_training)
+    monkeypatch.setattr(codes.encoders, "train_encoder", no_training)
     assert build_code_index(dataset, options, tmp_path) == path
     assert calls == [16, 16]  # only shards 2 and 3
     assert is_complete(path) and not shards.exists()
@@ -532,12 +536,58 @@ def test_failed_assembly_leaves_no_index(tiny_encoder, dataset, tmp_path, monkey
     def broken_index(options):
         raise Interrupted("faiss failed")
 
-    monkeypatch.setattr(codes, "_new_faiss_index", broken_index)
+    monkeypatch.setattr(codes.build, "_new_faiss_index", broken_index)
     with pytest.raises(Interrupted):
         build_code_index(dataset, small_options(tiny_encoder), tmp_path)
     path = index_path(dataset, small_options(tiny_encoder), resolve_training(dataset), tmp_path)
     assert not path.exists()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("flip a byte of faiss.index", "faiss.index does not match the SHA-256"),
+    ("truncate token_docs.npy", "token_docs.npy has"),
+    ("delete doc_ids.json", "doc_ids.json is missing"),
+    ("garble code-index.json", "code-index.json is unreadable"),
+    ("flip a byte of encoder.pt", "encoder.pt: .*damaged|encoder.pt: not a readable"),
+])
+def test_a_damaged_code_index_is_an_error_never_another_ranking(built, dataset, tmp_path, damage, message):
+    copy = tmp_path / "index"
+    shutil.copytree(built["codes"], copy)
+    queries = list(dataset.queries.values())[:4]
+    intact = CodeRetriever(copy).search(queries, 5)
+    assert stamp_is_fresh(copy, codes.VERIFIED_FILES, codes.VERIFIED_STAMP)  # verified once, then trusted
+    target = copy / damage.split()[-1]
+    raw = bytearray(target.read_bytes())
+    if damage.startswith("flip"):
+        raw[len(raw) // 2] ^= 0x01
+        target.write_bytes(bytes(raw))
+    elif damage.startswith("truncate"):
+        target.write_bytes(bytes(raw[:-8]))
+    elif damage.startswith("delete"):
+        target.unlink()
+    else:
+        target.write_text("{\"kind\": ")
+    with pytest.raises((CorruptCacheError, CheckpointError), match=message):
+        CodeRetriever(copy).search(queries, 5)
+    assert CodeRetriever(built["codes"]).search(queries, 5) == intact
+
+
+def test_two_processes_needing_one_code_index_build_it_once(tiny_encoder, dataset, tmp_path, monkeypatch):
+    builds = []
+    real_build = codes.build._build
+
+    def counted(*args, **kwargs):
+        builds.append(1)
+        time.sleep(0.5)  # keep the first builder busy while the second arrives
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(codes.build, "_build", counted)
+    options = small_options(tiny_encoder)
+    with ThreadPoolExecutor(2) as pool:  # flock conflicts between two open descriptions, as between processes
+        paths = list(pool.map(lambda _: build_code_index(dataset, options, tmp_path), range(2)))
+    assert paths[0] == paths[1] and is_complete(paths[0])
+    assert len(builds) == 1
 
 
 def test_same_seed_gives_identical_indexes_and_runs(tiny_encoder, dataset, built, tmp_path):
@@ -568,7 +618,7 @@ def test_dataset_without_training_queries_needs_a_train_dataset(tiny_encoder, da
     def no_training(*args, **kwargs):
         raise AssertionError("the encoder trained for the tiny dataset should be reused")
 
-    monkeypatch.setattr(codes, "train_encoder", no_training)
+    monkeypatch.setattr(codes.encoders, "train_encoder", no_training)
     path = build_code_index(target, small_options(tiny_encoder), root, train_dataset=dataset)
     meta = index_metadata(path)
     assert meta["documents"] == 3 and meta["train"]["dataset"] == "tiny" and meta["train"]["queries"] == 16

@@ -130,3 +130,31 @@ def test_an_interrupted_index_build_leaves_no_temp_directory(tmp_path):
     assert child.returncode == EXIT_SIGTERM, stderr
     assert "terminated: nothing was cached" in stderr and "Traceback" not in stderr
     assert list(root.iterdir()) == []            # no index, no hidden temp directory
+
+
+@pytest.mark.parametrize("signum, status, word", [(signal.SIGINT, EXIT_SIGINT, "interrupted")])
+def test_pipeline_index_interrupted_says_what_it_kept_and_leaves_no_index(tmp_path, signum, status, word):
+    import json
+
+    data = tmp_path / "big"
+    data.mkdir()
+    (data / "topics.tsv").write_text("1\tword1 text2\n", encoding="utf-8")
+    with open(data / "docs.jsonl", "w", encoding="utf-8") as handle:  # long enough to be interrupted
+        for number in range(400_000):
+            handle.write(json.dumps({"id": f"d{number}", "contents": f"word{number % 97} text{number % 13}"}) + "\n")
+    (data / "dataset.json").write_text(json.dumps({"name": "big", "format": "trec", "topics": "topics.tsv",
+                                                   "docs": "docs.jsonl"}), encoding="utf-8")
+    root = tmp_path / "indexes"
+    child = start(["-m", "pipeline.index", "--dataset", str(data), "--threads", "1"], tmp_path,
+                  PIPELINE_INDEX_DIR=str(root))
+    try:
+        time.sleep(4)  # the JVM is up and the documents are being exported or indexed
+        child.send_signal(signum)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == status, stderr
+    assert f"{word}: no half-built index was left" in stderr and "Traceback" not in stderr
+    assert stdout == ""
+    assert not root.exists() or list(root.iterdir()) == []   # no index, no hidden temp directory

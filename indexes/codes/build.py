@@ -1,0 +1,278 @@
+"""Building a code index: documents encoded into resumable shards, assembled into a faiss index in a
+temporary directory renamed into place; its cache directory, metadata and completeness."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.progress import progress_switch
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.filecheck import check, damaged, describe, file_sha256
+from pipeline.core.locks import exclusive
+
+from .encoders import load_encoder_checkpoint, obtain_encoder, save_encoder
+from .hashing import center_sample, centring_summary, recentre
+from .model import _autocast, _set_threads, pack_codes, tokenize
+from .options import (
+    CodeOptions, DOC_IDS_FILE, ENCODER_FILE, FAISS_FILE, META_FILE, SHARD_MANIFEST, TOKEN_DOCS_FILE, _digest,
+    _safe, code_index_root,
+)
+from .training import TrainingSource, resolve_training
+
+log = logging.getLogger(__name__)
+
+#: the index files whose size and SHA-256 the metadata records (the encoder checkpoint carries its own digest)
+VERIFIED_FILES = (FAISS_FILE, TOKEN_DOCS_FILE, DOC_IDS_FILE)
+#: written beside them after a verification: each file's size and modification time
+VERIFIED_STAMP = "pipeline-verified.json"
+
+
+def index_path(dataset: Dataset, options: CodeOptions, source: TrainingSource, root: Path | None = None) -> Path:
+    """The cache directory of ``dataset``'s code index with ``options`` and training data ``source``."""
+    digest = _digest({"dataset": dataset.fingerprint, "options": options.key_fields(), "training": source.key()})
+    return (root or code_index_root()) / f"{_safe(dataset.name)}-{options.kind}-{digest}"
+
+
+def is_complete(path: Path) -> bool:
+    """True when ``path`` holds a finished code index (its metadata file is written last)."""
+    return (Path(path) / META_FILE).is_file()
+
+
+def verify_code_index(path: Path) -> None:
+    """Raise :class:`~pipeline.core.errors.CorruptCacheError` unless the index files at ``path`` are the ones
+    its build wrote (sizes always; SHA-256 digests when they changed since the last verification; indexes
+    built before digests were recorded are checked for presence only). The encoder checkpoint checks itself
+    (:mod:`rerankers.checkpoints`)."""
+    meta = index_metadata(path)
+    recorded = meta.get("files") or {name: None for name in VERIFIED_FILES}
+    if all(facts is not None for facts in recorded.values()):
+        check(path, recorded, VERIFIED_STAMP, "code index")
+        return
+    missing = [name for name in (*VERIFIED_FILES, ENCODER_FILE) if not (Path(path) / name).is_file()]
+    if missing:
+        raise damaged(Path(path), "code index", f"{', '.join(missing)} missing")
+
+
+def index_metadata(path: Path) -> dict:
+    """The metadata a finished build wrote into ``path`` (an unreadable file is a damaged index)."""
+    try:
+        meta = json.loads((Path(path) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise damaged(Path(path), "code index", f"{META_FILE} is unreadable: {error}") from None
+    if not isinstance(meta, dict):
+        raise damaged(Path(path), "code index", f"{META_FILE} does not hold an object")
+    return meta
+
+
+def index_size_bytes(path: Path) -> int:
+    """Size of the faiss index file (the codes / vectors and, for HNSW, the graph)."""
+    return (Path(path) / FAISS_FILE).stat().st_size
+
+
+def find_code_index(dataset: Dataset, kind: str, root: Path | None = None) -> Path | None:
+    """The most recently built complete ``kind`` index of ``dataset`` (same fingerprint) in the cache, if any."""
+    root = root or code_index_root()
+    if not root.is_dir():
+        return None
+    found = []
+    for path in root.glob(f"{_safe(dataset.name)}-{kind}-*"):
+        if is_complete(path):
+            meta = index_metadata(path)
+            if meta.get("fingerprint") == dataset.fingerprint and meta.get("kind") == kind:
+                found.append(((path / META_FILE).stat().st_mtime_ns, path))
+    return max(found)[1] if found else None
+
+
+def _chunks(docs: Iterator, size: int) -> Iterator[list]:
+    chunk = []
+    for doc in docs:
+        chunk.append(doc)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def encode_documents(model, tokenizer, texts: Sequence[str], options: CodeOptions, device=None):
+    """Token vectors of ``texts``: ``(vectors, lengths)`` with vectors ``[sum(lengths), dim]`` float32 (float
+    kind) or ``[sum(lengths), dim / 8]`` packed uint8 codes (binary kind), in document order. Batches are
+    formed by token length (less padding)."""
+    lengths_in = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=options.doc_max_length)["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda i: (lengths_in[i], i))
+    per_doc: list = [None] * len(texts)
+    with torch.inference_mode():
+        for start in range(0, len(order), options.encode_batch_size):
+            rows = order[start : start + options.encode_batch_size]
+            ids, att = tokenize(tokenizer, [texts[i] for i in rows], options.doc_max_length, device)
+            with _autocast(device):
+                vectors, mask, _ = model.encode_docs(ids, att, hard=True)
+            vectors, mask = vectors.float().cpu().numpy(), mask.cpu().numpy()
+            for row, i in enumerate(rows):
+                per_doc[i] = vectors[row][mask[row]]
+    width = options.dim // 8 if options.binary else options.dim
+    dtype = np.uint8 if options.binary else np.float32
+    lengths = np.array([len(v) for v in per_doc], dtype=np.int32)
+    stacked = np.concatenate(per_doc) if per_doc and lengths.sum() else np.zeros((0, options.dim), np.float32)
+    if options.binary:
+        stacked = pack_codes(stacked) if len(stacked) else np.zeros((0, width), dtype)
+    return np.ascontiguousarray(stacked, dtype=dtype), lengths
+
+
+def _new_faiss_index(options: CodeOptions):
+    import faiss
+
+    if options.binary:
+        if options.index_type == "hnsw":
+            return faiss.IndexBinaryHNSW(options.dim, options.hnsw_m)
+        return faiss.IndexBinaryFlat(options.dim)
+    if options.index_type == "hnsw":
+        return faiss.IndexHNSWFlat(options.dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    return faiss.IndexFlatIP(options.dim)
+
+
+def build_code_index(
+    dataset: Dataset,
+    options: CodeOptions = CodeOptions(),
+    root: Path | None = None,
+    force: bool = False,
+    train_dataset: "Dataset | str | None" = None,
+    mirror: str | os.PathLike | None = None,
+) -> Path:
+    """Build (or find in the cache) ``dataset``'s code index; returns its directory.
+
+    ``train_dataset`` (a Dataset or a name) overrides ``options.train_dataset``. ``force`` retrains the
+    encoder and re-encodes every document. One process builds in a cache directory at a time
+    (:func:`pipeline.core.locks.exclusive`); a second one waits, then finds the index built.
+    """
+    root = Path(root) if root is not None else code_index_root()
+    source = resolve_training(dataset, train_dataset if train_dataset is not None else options.train_dataset, mirror)
+    path = index_path(dataset, options, source, root)
+    if is_complete(path) and not force:
+        return path
+    with exclusive(path):
+        if is_complete(path) and not force:  # built by the process we waited for
+            return path
+        return _build(dataset, options, root, force, source, path)
+
+
+def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, source: TrainingSource,
+           path: Path) -> Path:
+    """:func:`build_code_index`'s work, under the cache lock."""
+    from tqdm.auto import tqdm
+
+    from pipeline.core.runtime import resolve_device
+
+    _set_threads(options.threads)
+    started = time.perf_counter()
+    device = resolve_device(options.device)
+    checkpoint, encoder_meta = obtain_encoder(options, source, root, force, device)
+    tokenizer, model, _ = load_encoder_checkpoint(checkpoint, device)
+    centring = None
+    if options.hash_center:  # the center of this collection's tokens, not of the training documents'
+        sample, documents = center_sample(model, tokenizer, dataset, options, device)
+        recentre(model, sample)
+        centring = centring_summary(model, documents, len(sample))
+
+    shards = root / f".{path.name}.shards"
+    manifest = {"index": path.name, "encoder_sha256": file_sha256(checkpoint), "shard_size": options.shard_size,
+                **({"center": [round(float(x), 6) for x in model.center]} if centring else {})}
+    if shards.is_dir():
+        try:
+            previous = json.loads((shards / SHARD_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            previous = None
+        if force or previous != manifest:
+            shutil.rmtree(shards)
+    if not shards.is_dir():
+        shards.mkdir(parents=True)
+        with atomic_write(shards / SHARD_MANIFEST) as handle:
+            json.dump(manifest, handle)
+
+    total = len(dataset._store) if dataset._store is not None else None
+    shard_files = []
+    resumed = 0
+    with tqdm(total=total, desc=f"encoding {dataset.name} docs ({options.kind})", unit="doc",
+              **progress_switch(options.progress)) as bar:
+        for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
+            shard = shards / f"shard-{number:05d}.npz"
+            ids = [doc.doc_id for doc in chunk]
+            if shard.is_file():
+                with np.load(shard, allow_pickle=False) as stored:
+                    if stored["doc_ids"].tolist() == ids:
+                        shard_files.append(shard)
+                        resumed += 1
+                        bar.update(len(chunk))
+                        continue
+                log.warning("%s: documents changed since the interrupted build; re-encoding from here", shard)
+                for stale in shards.glob("shard-*.npz"):
+                    if int(stale.stem.split("-")[1]) >= number:
+                        stale.unlink()
+            vectors, lengths = encode_documents(model, tokenizer, [doc.text for doc in chunk], options, device)
+            with atomic_write(shard, "wb") as handle:
+                np.savez(handle, doc_ids=np.array(ids, dtype=str), lengths=lengths, vectors=vectors)
+            shard_files.append(shard)
+            bar.update(len(chunk))
+    if not shard_files:
+        raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
+    if resumed:
+        log.info("resumed %s: %d of %d shards were already encoded", path.name, resumed, len(shard_files))
+
+    import faiss
+
+    with atomic_directory(path) as temp:
+        doc_ids, lengths, parts = [], [], []
+        for shard in shard_files:
+            with np.load(shard, allow_pickle=False) as stored:
+                doc_ids.extend(stored["doc_ids"].tolist())
+                lengths.append(stored["lengths"])
+                parts.append(stored["vectors"])
+        lengths = np.concatenate(lengths)
+        vectors = np.ascontiguousarray(np.concatenate(parts))
+        if len(vectors) == 0:
+            raise PipelineError(f"dataset {dataset.name!r}: no document has a token to index")
+        index = _new_faiss_index(options)
+        index.add(vectors)
+        if options.binary:
+            faiss.write_index_binary(index, str(temp / FAISS_FILE))
+        else:
+            faiss.write_index(index, str(temp / FAISS_FILE))
+        np.save(temp / TOKEN_DOCS_FILE, np.repeat(np.arange(len(doc_ids), dtype=np.int32), lengths))
+        with atomic_write(temp / DOC_IDS_FILE) as handle:
+            json.dump(doc_ids, handle)
+        if centring is not None:
+            save_encoder(model, options, temp / ENCODER_FILE)
+        else:
+            try:
+                os.link(checkpoint, temp / ENCODER_FILE)
+            except OSError:
+                shutil.copyfile(checkpoint, temp / ENCODER_FILE)
+        meta = {
+            "kind": options.kind, "dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
+            "encoder": options.encoder, "options": options.key_fields(), "train": {
+                "dataset": source.dataset.name, "description": source.description,
+                "fingerprint": source.dataset.fingerprint, "queries": len(source.query_ids),
+                "report": encoder_meta.get("training")},
+            "documents": len(doc_ids), "vectors": int(len(vectors)), "index_bytes": (temp / FAISS_FILE).stat().st_size,
+            "files": describe(temp, VERIFIED_FILES),
+            "seconds": round(time.perf_counter() - started, 2),
+            **({"hash_center": centring} if centring is not None else {}),
+        }
+        with atomic_write(temp / META_FILE) as handle:
+            json.dump(meta, handle, indent=1)
+    shutil.rmtree(shards, ignore_errors=True)
+    log.info("built %s: %d documents, %d vectors", path, len(doc_ids), len(vectors))
+    return path
+
+

@@ -1,0 +1,178 @@
+"""Options of the learned-code first stages (:class:`CodeOptions`), the cache root and file names."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+from pipeline.core.errors import PipelineError
+
+
+log = logging.getLogger(__name__)
+
+KINDS = ("codes", "colbert")
+INDEX_TYPES = ("flat", "hnsw")
+HASH_HEADS = ("mlp", "lsh")
+DEFAULT_CODE_ROOT = Path(__file__).resolve().parent.parent / "cache" / "codes"  # indexes/cache/codes
+META_FILE = "code-index.json"
+FAISS_FILE = "faiss.index"
+TOKEN_DOCS_FILE = "token_docs.npy"
+DOC_IDS_FILE = "doc_ids.json"
+ENCODER_FILE = "encoder.pt"
+ENCODER_META = "encoder.json"
+SHARD_MANIFEST = "manifest.json"
+CHECKPOINT_FORMAT = 1
+GPU_MAX_K = 2048  # faiss GPU indexes return at most this many neighbours
+
+#: Datasets without a ``train`` split whose training queries live in another dataset (same collection,
+#: disjoint queries): NFCorpus's test set trains on NFCorpus's dev queries and documents.
+TRAINING_COMPANIONS = {"nfcorpus": "nfcorpus-dev", "nfcorpus/test": "nfcorpus-dev",
+                       "beir/nfcorpus/test": "nfcorpus-dev"}
+
+
+def code_index_root() -> Path:
+    """Where code indexes live: ``PIPELINE_INDEX_DIR`` (like the Lucene indexes) or ``indexes/cache/codes``."""
+    return Path(os.environ.get("PIPELINE_INDEX_DIR", DEFAULT_CODE_ROOT))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
+
+
+def _digest(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class CodeOptions:
+    """Options of a code index. Fields marked ``compare=False`` change neither the encoder nor the index
+    (so they are not part of the cache key)."""
+
+    kind: str = "codes"                 # codes (binary) | colbert (float)
+    encoder: str = "all-MiniLM-L6-v2"   # rerankers.encoders name or local directory
+    dim: int = 128                      # bits per code / floats per vector
+    train_dataset: str | None = None    # None: the dataset's own training queries (see module docstring)
+    steps: int = 500
+    batch_size: int = 16                # training queries per step
+    learning_rate: float = 2e-5         # transformer
+    head_learning_rate: float = 1e-3    # projection MLP
+    query_max_length: int = 32
+    doc_max_length: int = 180
+    hard_negatives: int = 1             # BM25 negatives per query and step (0: in-batch negatives only)
+    negative_depth: int = 100           # BM25 depth the hard negatives come from
+    alpha: float = 5.0                  # tanh(alpha x) while training the binary codes
+    quantization_weight: float = 0.1    # weight of (tanh(alpha x) - sign(x))^2 (binary kind)
+    straight_through: bool = False      # binary: train on the sign codes the index stores (see contrastive_loss)
+    hash_head: str = "mlp"              # binary: mlp (ADDAX's hashing MLP) | lsh (hyperplanes over a float encoder)
+    float_dim: int = 128                # lsh: dimension of the float (colbert) encoder the hyperplanes cut
+    hash_steps: int = 0                 # lsh: steps fine-tuning the hashed encoder after its initialisation
+    hash_seed: int | None = None        # lsh: seed of the hyperplanes (None: ``seed``, as before this option)
+    hash_draws: int = 1                 # lsh: hyperplane draws tried; the one agreeing best with the floats is kept
+    hash_center: bool = False           # lsh: hash v - mu (mu: mean token vector of the indexed documents)
+    temperature: float = 0.1            # softmax temperature on the MaxSim scores
+    seed: int = 42
+    index_type: str = "flat"            # flat | hnsw
+    hnsw_m: int = 32
+    # not part of the key
+    k_prime: int = field(default=256, compare=False)           # neighbours per query token at search time
+    shard_size: int = field(default=1024, compare=False)       # documents per resumable shard
+    encode_batch_size: int = field(default=32, compare=False)
+    device: str = field(default="auto", compare=False)
+    threads: int | None = field(default=None, compare=False)
+    progress: bool = field(default=True, compare=False)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise PipelineError(f"unknown code index kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        if self.hash_head not in HASH_HEADS:
+            raise PipelineError(f"unknown hash head {self.hash_head!r}; expected one of {', '.join(HASH_HEADS)}")
+        if self.hash_head != "mlp" and not self.binary:
+            raise PipelineError(f"hash_head {self.hash_head!r} is for binary codes (kind 'codes'), not {self.kind!r}")
+        if self.hash_seed is not None and self.hash_head != "lsh":
+            raise PipelineError(f"hash_seed draws the hyperplanes of hash_head 'lsh', not {self.hash_head!r}")
+        if self.hash_draws < 1:
+            raise PipelineError(f"hash_draws must be at least 1, got {self.hash_draws}")
+        if self.hash_draws > 1 and self.hash_head != "lsh":
+            raise PipelineError(f"hash_draws chooses among hyperplane draws of hash_head 'lsh', not {self.hash_head!r}")
+        if self.hash_center and self.hash_head != "lsh":
+            raise PipelineError(f"hash_center centres the hyperplanes of hash_head 'lsh', not {self.hash_head!r}")
+        if self.hash_center and self.hash_steps:
+            raise PipelineError("hash_center codes are not fine-tuned (hash_steps must be 0): their scores decode "
+                                "unit vectors, which the binary training loss does not model")
+        if self.float_dim <= 0 or self.hash_steps < 0:
+            raise PipelineError(f"float_dim must be positive and hash_steps >= 0, got {self.float_dim} and "
+                                f"{self.hash_steps}")
+        if self.index_type not in INDEX_TYPES:
+            raise PipelineError(f"unknown index type {self.index_type!r}; expected one of {', '.join(INDEX_TYPES)}")
+        if self.dim <= 0 or (self.binary and self.dim % 8):
+            raise PipelineError(f"dim must be positive{' and a multiple of 8 for binary codes' if self.binary else ''}, "
+                                f"got {self.dim}")
+        for name in ("steps", "hard_negatives"):
+            if getattr(self, name) < 0:
+                raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("batch_size", "query_max_length", "doc_max_length", "k_prime", "shard_size",
+                     "encode_batch_size", "negative_depth", "hnsw_m"):
+            if getattr(self, name) <= 0:
+                raise PipelineError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise PipelineError(f"temperature must be positive, got {self.temperature}")
+
+    @property
+    def binary(self) -> bool:
+        return self.kind == "codes"
+
+    def training_fields(self) -> dict:
+        """The options that determine the trained encoder (with the training data)."""
+        names = ("kind", "encoder", "dim", "steps", "batch_size", "learning_rate", "head_learning_rate",
+                 "query_max_length", "doc_max_length", "hard_negatives", "negative_depth", "alpha",
+                 "quantization_weight", "temperature", "seed")
+        return {**{name: getattr(self, name) for name in names}, **self._later_fields()}
+
+    def key_fields(self) -> dict:
+        """Everything in the cache key of an index (besides the dataset and the training data)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.compare and f.name not in ("train_dataset", *LATER_FIELDS)}
+        return {**fields, **self._later_fields()}
+
+    def float_options(self) -> "CodeOptions":
+        """The float (colbert) encoder an ``lsh`` hash head starts from: these training options, ``float_dim``."""
+        return dataclasses.replace(self, kind="colbert", dim=self.float_dim, hash_head="mlp", hash_steps=0,
+                                   hash_seed=None, hash_draws=1, hash_center=False, straight_through=False,
+                                   float_dim=CodeOptions.float_dim)
+
+    @property
+    def hyperplane_seed(self) -> int:
+        """The seed of an ``lsh`` head's hyperplanes: ``hash_seed``, else the training ``seed``."""
+        return self.seed if self.hash_seed is None else self.hash_seed
+
+    def _later_fields(self) -> dict:
+        # options added after the first indexes were built are in the keys only where they change training
+        # (binary codes, not at their defaults), so that the keys of encoders and indexes built before them
+        # stay the same
+        if not self.binary:
+            return {}
+        fields = {"straight_through": True} if self.straight_through else {}
+        if self.hash_head != "mlp":
+            fields.update(hash_head=self.hash_head, float_dim=self.float_dim, hash_steps=self.hash_steps)
+            if self.hash_seed is not None and self.hash_seed != self.seed:  # the same draw, the same key
+                fields.update(hash_seed=self.hash_seed)
+            if self.hash_draws > 1:
+                fields.update(hash_draws=self.hash_draws)
+            if self.hash_center:
+                fields.update(hash_center=True)
+        return fields
+
+
+#: CodeOptions fields that enter the cache keys only when they matter (see ``CodeOptions._later_fields``).
+LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws", "hash_center")
+

@@ -1,0 +1,226 @@
+"""Searching a code index (:class:`CodeRetriever`): per-token kNN in faiss, then exact MaxSim over the
+candidates' token vectors; the ``codes`` and ``colbert`` first-stage factories."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from pipeline.core.progress import progress_switch
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Query, Run, ScoredDoc
+
+from ..base import BM25Settings
+
+from .build import build_code_index, find_code_index, index_metadata, index_size_bytes, is_complete, verify_code_index
+from .encoders import load_encoder_checkpoint
+from .model import _autocast, _set_threads, pack_codes, tokenize, unpack_codes
+from .options import CodeOptions, DOC_IDS_FILE, ENCODER_FILE, FAISS_FILE, GPU_MAX_K, TOKEN_DOCS_FILE
+
+log = logging.getLogger(__name__)
+
+
+def _gpu_index(index, binary: bool):
+    """``index`` on the first GPU when faiss sees one and supports the index type there, else ``index``."""
+    import faiss
+
+    try:
+        if not getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
+            return index
+        resources = faiss.StandardGpuResources()
+        if binary:
+            if isinstance(index, faiss.IndexBinaryFlat) and hasattr(faiss, "GpuIndexBinaryFlat"):
+                gpu = faiss.GpuIndexBinaryFlat(resources, index)
+                gpu.referenced_objects = [resources]
+                return gpu
+            return index
+        if isinstance(index, faiss.IndexFlat):
+            gpu = faiss.index_cpu_to_gpu(resources, 0, index)
+            gpu.referenced_objects = [resources]  # keep the resources alive with the index
+            return gpu
+    except Exception as error:  # noqa: BLE001 - a GPU problem must not break CPU search
+        log.warning("faiss GPU unavailable for this index (%s); searching on the CPU", error)
+    return index
+
+
+def _stored_vectors(index, binary: bool, count: int, width: int) -> np.ndarray:
+    """A numpy view (no copy) of the vectors / codes inside a CPU flat or HNSW faiss index."""
+    import faiss
+
+    if binary:
+        storage = index if isinstance(index, faiss.IndexBinaryFlat) else faiss.downcast_IndexBinary(index.storage)
+        pointer = storage.xb.data()
+    else:
+        storage = index if isinstance(index, faiss.IndexFlat) else faiss.downcast_index(index.storage)
+        pointer = storage.get_xb()
+    return faiss.rev_swig_ptr(pointer, count * width).reshape(count, width)
+
+
+class CodeRetriever:
+    """Search a code index built by :func:`build_code_index` (``search(queries, k) -> Run``).
+
+    Each query token's ``k_prime`` nearest vectors (Hamming distance between the query's sign pattern and
+    the codes, or inner product between normalised vectors) name the candidate documents; candidates are
+    ranked by exact MaxSim between the query's real-valued token vectors and all their token vectors.
+    """
+
+    def __init__(self, path: Path, k_prime: int = 256, batch_size: int = 32, device: str = "auto",
+                 threads: int | None = None, gpu: bool = True):
+        import faiss
+
+        from pipeline.core.runtime import resolve_device
+
+        path = Path(path)
+        if not is_complete(path):
+            raise PipelineError(f"{path}: not a finished code index (build it with python -m pipeline.index --kind codes)")
+        verify_code_index(path)  # a damaged index is an error, never different rankings
+        if k_prime <= 0:
+            raise PipelineError(f"k_prime must be positive, got {k_prime}")
+        _set_threads(threads)
+        self.path, self.k_prime, self.batch_size = path, k_prime, batch_size
+        self.meta = index_metadata(path)
+        self.name = self.kind = self.meta["kind"]
+        self.binary = self.kind == "codes"
+        self.device = resolve_device(device)
+        self.tokenizer, self.model, opts = load_encoder_checkpoint(path / ENCODER_FILE, self.device)
+        self.dim = opts["dim"]
+        self.query_max_length = opts["query_max_length"]
+        self.doc_ids: list[str] = json.loads((path / DOC_IDS_FILE).read_text(encoding="utf-8"))
+        self.token_docs = np.load(path / TOKEN_DOCS_FILE)
+        lengths = np.bincount(self.token_docs, minlength=len(self.doc_ids))
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.index_bytes = index_size_bytes(path)
+        reader = faiss.read_index_binary if self.binary else faiss.read_index
+        self._cpu_index = reader(str(path / FAISS_FILE))
+        width = self.dim // 8 if self.binary else self.dim
+        self.vectors = _stored_vectors(self._cpu_index, self.binary, int(self._cpu_index.ntotal), width)
+        self.index = _gpu_index(self._cpu_index, self.binary) if gpu else self._cpu_index
+        if hasattr(self._cpu_index, "hnsw"):
+            self._cpu_index.hnsw.efSearch = max(self._cpu_index.hnsw.efSearch, k_prime)
+
+    # query side
+    def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Each query's token vectors (``[tokens, dim]`` float32, L2-normalised; special tokens dropped)."""
+        result = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                ids, att = tokenize(self.tokenizer, texts[start : start + self.batch_size], self.query_max_length,
+                                    self.device)
+                with _autocast(self.device):
+                    q, mask = self.model.encode_queries(ids, att)
+                q, mask = q.float().cpu().numpy(), mask.cpu().numpy()
+                result.extend(q[row][mask[row]] for row in range(len(q)))
+        return result
+
+    # document side
+    def doc_vectors(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All token vectors of the given documents (float32; +-1 for codes) and each document's count."""
+        starts, ends = self.offsets[doc_numbers], self.offsets[doc_numbers + 1]
+        counts = ends - starts
+        total = int(counts.sum())
+        rows = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(total)
+        vectors = self.vectors[rows]
+        if self.binary:
+            vectors = unpack_codes(vectors, self.dim)
+        return vectors, counts
+
+    def maxsim_scores(self, query_vectors: np.ndarray, doc_numbers: np.ndarray, chunk: int = 256) -> np.ndarray:
+        """Exact MaxSim of one query against documents (each must have at least one vector)."""
+        scale = 1.0 / math.sqrt(self.dim) if self.binary and not self.model.centred else 1.0
+        scores = np.zeros(len(doc_numbers), dtype=np.float32)
+        if len(query_vectors) == 0:
+            return scores
+        for start in range(0, len(doc_numbers), chunk):
+            part = doc_numbers[start : start + chunk]
+            vectors, counts = self.doc_vectors(part)
+            sims = self._centred_similarity(vectors, query_vectors) if self.model.centred else vectors @ query_vectors.T
+            bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            scores[start : start + len(part)] = np.maximum.reduceat(sims, bounds, axis=0).sum(axis=1) * scale
+        return scores
+
+    def _centred_similarity(self, codes: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
+        """:meth:`TokenCodeEncoder.decoded_similarity` of a centred head, on the model's device."""
+        device = self.model.center.device
+        with torch.inference_mode():
+            sims = self.model.decoded_similarity(torch.from_numpy(codes).to(device),
+                                                 torch.from_numpy(np.ascontiguousarray(query_vectors)).to(device))
+        return sims.float().cpu().numpy()
+
+    def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
+        """Documents of the ``k_prime`` nearest vectors of each query token (sorted doc numbers)."""
+        if len(query_vectors) == 0:
+            return np.zeros(0, dtype=np.int64)
+        k = min(self.k_prime, int(self._cpu_index.ntotal))
+        if self.index is not self._cpu_index:
+            k = min(k, GPU_MAX_K)
+        if self.binary:
+            if self.model.centred:
+                with torch.inference_mode():
+                    keys = self.model.hash_unit_vectors(torch.from_numpy(query_vectors).to(self.model.center.device))
+                query_vectors = keys.float().cpu().numpy()
+            _, labels = self.index.search(pack_codes(query_vectors), k)
+        else:
+            _, labels = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), k)
+        labels = labels[labels >= 0]
+        return np.unique(self.token_docs[labels]).astype(np.int64)
+
+    def _ranking(self, query: Query, vectors: np.ndarray, docs: np.ndarray, k: int) -> list[ScoredDoc]:
+        if len(docs) == 0:
+            return []
+        scores = self.maxsim_scores(vectors, docs)
+        hits = sorted(zip(scores.tolist(), (self.doc_ids[d] for d in docs)), key=lambda h: (-h[0], h[1]))
+        return [ScoredDoc(query.query_id, doc_id, float(score)) for score, doc_id in hits[:k]]
+
+    def search(self, queries: Iterable[Query], k: int = 1000, exhaustive: bool = False) -> Run:
+        """Top-``k`` documents for every query (score descending, ties by doc id). ``exhaustive`` scores every
+        document instead of the kNN candidates (brute-force MaxSim, for checks)."""
+        from tqdm.auto import tqdm
+
+        queries = list(queries)
+        run: Run = {}
+        everything = np.flatnonzero(np.diff(self.offsets) > 0)
+        with tqdm(total=len(queries), desc=f"{self.name} search", unit="query",
+                  **progress_switch(len(queries) >= 64)) as bar:
+            for start in range(0, len(queries), self.batch_size):
+                chunk = queries[start : start + self.batch_size]
+                for query, vectors in zip(chunk, self.encode_queries([q.text for q in chunk])):
+                    docs = everything if exhaustive else self.candidates(vectors)
+                    run[query.query_id] = self._ranking(query, vectors, docs, k)
+                bar.update(len(chunk))
+        return run
+
+    def close(self) -> None:
+        """Nothing to release (the index is in memory); for symmetry with BM25Retriever."""
+
+
+def _code_first_stage(kind: str, dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
+    options = settings.codes
+    path = None
+    if options is None:
+        path = find_code_index(dataset, kind, settings.index_root)
+        options = CodeOptions(kind=kind)
+    else:  # one CodeOptions serves both kinds; a hash head is a binary-codes option
+        binary_only = {"hash_head": "mlp", "hash_seed": None} if kind == "colbert" else {}
+        options = dataclasses.replace(options, kind=kind, **binary_only)
+    if path is None:
+        path = build_code_index(dataset, options, settings.index_root)
+    return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads)
+
+
+def codes_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
+    """``codes``: binary per-token codes in a faiss binary index (options from ``settings.codes``; without
+    them, the dataset's most recent index of this kind, or one built with the default options)."""
+    return _code_first_stage("codes", dataset, settings)
+
+
+def colbert_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
+    """``colbert``: L2-normalised float token vectors in a faiss float index (see :func:`codes_first_stage`)."""
+    return _code_first_stage("colbert", dataset, settings)
