@@ -137,6 +137,7 @@ def test_score_many_batches_across_queries_and_score_alone_works(trained):
     assert constant.calls == inp.qid.nunique()  # no score_many: query by query
 
 
+@pytest.mark.filterwarnings("ignore:There are shared pipeline components")  # the linear plan, on purpose
 def test_in_experiment_against_a_from_df_baseline(trained):
     reranker, dataset = trained
     topics, qrels = frames(dataset)
@@ -303,7 +304,7 @@ def test_bm25_text_loader_knrm_pipeline_on_cranfield(cranfield, tmp_path, monkey
         assert group["rank"].tolist() == list(range(len(group)))
 
     table = pt.Experiment([bm25, pipe], topics, qrels, eval_metrics=["map", "ndcg_cut_10"],
-                          names=["bm25", "bm25>>knrm"], baseline=0)
+                          names=["bm25", "bm25>>knrm"], baseline=0, plan="tree", verbose=False)
     assert table["name"].tolist() == ["bm25", "bm25>>knrm"]
     assert table["map"].between(0, 1).all() and table["map"].iloc[0] > 0.1
 
@@ -326,3 +327,20 @@ def test_bm25_text_loader_knrm_pipeline_on_cranfield(cranfield, tmp_path, monkey
     again = ptx.reranker("knrm", dataset=cranfield, **options)
     assert (bm25 >> ptx.text_loader(cranfield) >> again)(topics)["score"].tolist() == pytest.approx(
         reranked["score"].tolist(), abs=1e-6)
+
+
+# ------------------------------------------------------------------------------ the README example script
+
+
+def test_example_script_prints_the_experiment_table(data_root, capsys):
+    from helpers import load_benchmark
+
+    example = load_benchmark("pyterrier_example")
+    assert example.main(["--dataset", "cranfield", "--queries", "3", "--k", "10", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "cranfield: 3 queries, bm25 top 10, re-ranker bi-encoder (all-MiniLM-L6-v2)"
+    assert lines[1].startswith("| name | map | ndcg_cut_10 | map + | map - | map p-value |")
+    assert [line.split(" | ")[0] for line in lines[3:5]] == ["| bm25", "| bm25 >> bi-encoder"]
+    assert lines[5].startswith("wall time: ")
+    assert example.main(["--dataset", "cranfield", "--reranker", "nope"]) == 2
+    assert "error: --reranker: unknown re-ranker 'nope'" in capsys.readouterr().err

@@ -1,0 +1,373 @@
+"""PyTerrier integration (optional extra): the project's re-rankers and first stages as ``pt.Transformer``\\ s.
+
+Every re-ranker of the registry and every first stage can be used in PyTerrier pipelines (``>>``) and in
+``pt.Experiment``::
+
+    import pyterrier as pt
+    from pipeline import pyterrier as ptx
+
+    bm25 = ptx.first_stage("bm25", dataset="vaswani", k=100)
+    knrm = ptx.reranker("knrm", dataset="vaswani")            # trained on the protocol, or loaded from the cache
+    pipe = bm25 >> ptx.text_loader("vaswani") >> knrm
+    pt.Experiment([bm25, pipe], ptx.topics("vaswani"), ptx.qrels("vaswani"), eval_metrics=["map"], baseline=0)
+
+* :class:`RerankerTransformer` takes a result frame (``qid``, ``query``, ``docno``, the text column; ``score``
+  and ``rank`` optional), replaces ``score`` by the re-ranker's and recomputes ``rank`` (0-based, PyTerrier's
+  convention; ties by ``docno``, as this project's run writers order them). Scoring goes through
+  :func:`pipeline.stages.rerank`: pairs of many queries fill each batch (``score_many``), and non-finite
+  scores are an error, as in ``python -m pipeline.run``.
+* :class:`FirstStageTransformer` takes a query frame (``qid``, ``query``) and returns each query's top ``k``.
+* :class:`TextLoader` adds the text column from a dataset's documents: a first stage gives only ``docno``.
+* :func:`reranker`, :func:`first_stage`, :func:`text_loader` build them by name the way ``pipeline.run`` does;
+  :func:`topics` and :func:`qrels` give a dataset's queries and judgments as PyTerrier frames (no download:
+  the project's own loaders and offline mirror).
+
+PyTerrier is imported only when a transformer is built (importing this module costs nothing); without it a
+:class:`PyTerrierMissing` error says what to install. Nothing here needs Java or Terrier: PyTerrier's
+transformer algebra, ``pt.Experiment`` and its dataframes are pure Python, and the first stages are this
+project's own (BM25 through Pyserini's Lucene, ...). PyTerrier's Terrier retrievers (``pt.terrier.Retriever``)
+download the Terrier jar from Maven on first use and so do not work offline; nothing here uses them.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from indexes import make_first_stage
+from rerankers import reranker_class
+
+from .config import RunConfig
+from .core.datasets import Dataset, load_dataset, select_queries
+from .core.errors import ConfigError, PipelineError
+from .core.records import Doc, Query, ScoredDoc
+from .core.runtime import seed_everything, set_threads
+from .model_cache import obtain_reranker
+from .resolve import model_options
+from .stages import rerank
+
+if TYPE_CHECKING:  # only for annotations: pandas comes with PyTerrier, which is optional
+    import pandas as pd
+
+#: what to install for this module (the extra of this project's pyproject.toml, and what it requires)
+INSTALL_HINT = ("PyTerrier is not installed: pip install 'neural-rerank-pipeline[pyterrier]' "
+                "(in a clone: pip install -e '.[pyterrier]'; it requires pyterrier>=1.1.2,<2)")
+
+#: the name of the frame a re-ranker scores, in its error messages (see :func:`pipeline.stages.rerank`)
+FRAME_NAME = "the PyTerrier frame"
+
+#: the run options :func:`first_stage` accepts (the Lucene ones of :class:`~pipeline.config.RunConfig`)
+FIRST_STAGE_OPTIONS = ("k1", "b", "fb_terms", "fb_docs", "rm3_weight", "stemmer", "keep_stopwords", "mirror")
+
+
+class PyTerrierMissing(PipelineError, ImportError):
+    """PyTerrier is not installed (an :class:`ImportError` too, so ``except ImportError`` sees it)."""
+
+
+class MissingColumnError(PipelineError, ValueError):
+    """An input frame lacks a column a transformer needs: names the column, the transformer and the columns
+    the frame has."""
+
+    def __init__(self, column: str, transformer: str, present: Sequence[str], hint: str = ""):
+        self.column = column
+        self.transformer = transformer
+        self.present = list(present)
+        message = (f"{transformer}: the input frame has no {column!r} column "
+                   f"(it has {', '.join(map(repr, self.present)) or 'no columns'})")
+        super().__init__(message + (f"; {hint}" if hint else ""))
+
+
+def pyterrier_module():
+    """The ``pyterrier`` module, imported now; a :class:`PyTerrierMissing` error when it is not installed."""
+    try:
+        import pyterrier
+    except ImportError as error:
+        raise PyTerrierMissing(INSTALL_HINT) from error
+    return pyterrier
+
+
+def _pandas():
+    pyterrier_module()  # pandas is PyTerrier's dependency, not the project's: say what to install
+    import pandas
+
+    return pandas
+
+
+def _require(present: Iterable[str], columns: Sequence[str], transformer: str, hints: Mapping[str, str]) -> None:
+    have = list(present)
+    for column in columns:
+        if column not in have:
+            raise MissingColumnError(column, transformer, have, hints.get(column, ""))
+
+
+def _with_ranks(frame: "pd.DataFrame", scores: Sequence[float]) -> "pd.DataFrame":
+    """``frame`` with ``score`` set to ``scores`` and ``rank`` recomputed per query: 0-based, by score
+    descending, ties by ``docno`` ascending (then input order); queries in order of first appearance."""
+    out = frame.copy()
+    out["score"] = _pandas().Series([float(s) for s in scores], index=out.index, dtype="float64")
+    order = "__query_order"
+    out[order] = out["qid"].map({qid: n for n, qid in enumerate(dict.fromkeys(out["qid"]))})
+    out["__docno"] = out["docno"].astype(str)
+    out = out.sort_values([order, "score", "__docno"], ascending=[True, False, True], kind="mergesort")
+    out["rank"] = out.groupby(order, sort=False).cumcount().astype("int64")
+    return out.drop(columns=[order, "__docno"]).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------- transformer logic
+# The behaviour of each transformer lives in a plain class here; the public class (same name without the
+# underscore) is this class combined with ``pt.Transformer``, made when first used (see ``__getattr__``), so
+# that importing this module never imports PyTerrier.
+
+
+class _RerankerTransformer:
+    """A re-ranker (anything with ``score(query, docs)``; ``score_many`` batches across queries) as a PyTerrier
+    transformer: takes a result frame with ``qid``, ``query``, ``docno`` and ``text_field`` (``score``/``rank``
+    optional) and returns it with ``score`` replaced by the re-ranker's and ``rank`` recomputed (0-based, ties
+    by ``docno``), sorted by query (in input order) then rank. ``batch_size``: scoring batch in pairs (default:
+    the model's ``score_batch_size``; it changes speed and memory, not the scores)."""
+
+    def __init__(self, reranker: Any, text_field: str = "text", batch_size: int | None = None):
+        if not callable(getattr(reranker, "score", None)):
+            raise ConfigError(f"RerankerTransformer needs a re-ranker with score(query, docs), got {reranker!r}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+        self.reranker = reranker
+        self.text_field = text_field
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"RerankerTransformer({getattr(self.reranker, 'name', type(self.reranker).__name__)})"
+
+    def _check(self, columns: Iterable[str]) -> None:
+        hint = "add pipeline.pyterrier.text_loader(dataset) before the re-ranker"
+        _require(columns, ("qid", "query", "docno", self.text_field), repr(self), {self.text_field: hint})
+
+    def transform_outputs(self, input_columns: list[str]) -> list[str]:
+        """The output columns for ``input_columns`` (PyTerrier's inspection; nothing is scored)."""
+        self._check(input_columns)
+        return [*input_columns, *(c for c in ("score", "rank") if c not in input_columns)]
+
+    def transform(self, inp: "pd.DataFrame") -> "pd.DataFrame":
+        """Re-score every row of ``inp`` (see the class)."""
+        self._check(inp.columns)
+        if len(inp) == 0:
+            return _with_ranks(inp, [])
+        queries: dict[str, Query] = {}
+        docs: dict[str, Doc] = {}
+        first: dict[str, list[ScoredDoc]] = {}
+        for qid, query, docno, text in zip(inp["qid"].astype(str), inp["query"], inp["docno"].astype(str),
+                                           inp[self.text_field]):
+            if not isinstance(query, str):
+                raise PipelineError(f"{self!r}: query {qid!r} has no text in column 'query' (got {query!r})")
+            if not isinstance(text, str):  # NaN: a document the text loader did not find, or a missing field
+                raise PipelineError(f"{self!r}: document {docno!r} of query {qid!r} has no text in column "
+                                    f"{self.text_field!r} (got {text!r})")
+            known = queries.setdefault(qid, Query(qid, query))
+            if known.text != query:
+                raise PipelineError(f"{self!r}: query {qid!r} has two texts in column 'query': "
+                                    f"{known.text!r} and {query!r}")
+            doc = docs.setdefault(docno, Doc(docno, text))
+            if doc.text != text:
+                raise PipelineError(f"{self!r}: document {docno!r} has two different texts in column "
+                                    f"{self.text_field!r}")
+            first.setdefault(qid, []).append(ScoredDoc(qid, docno, 0.0))
+        frame = Dataset(FRAME_NAME, queries, [], lambda: docs.values(), "", _store=docs)
+        scored = rerank(self.reranker, frame, first, batch_size=self.batch_size)
+        # rerank keeps each query's candidates in their order: walk the rows the same way to pair them up
+        position = {qid: iter(hits) for qid, hits in scored.items()}
+        scores = [next(position[qid]).score for qid in inp["qid"].astype(str)]
+        return _with_ranks(inp, scores)
+
+
+class _FirstStageTransformer:
+    """A first stage (a :class:`~indexes.base.Retriever`: ``search(queries, k) -> Run``) as a PyTerrier
+    transformer: takes a query frame (``qid``, ``query``; other query columns are kept) and returns each
+    query's top ``k`` as a result frame (``qid``, ``query``, ..., ``docno``, ``score``, ``rank``; 0-based, ties
+    by ``docno``). Document columns of the input (a result frame) are dropped: each query is searched anew."""
+
+    def __init__(self, retriever: Any, k: int = 1000):
+        if not callable(getattr(retriever, "search", None)):
+            raise ConfigError(f"FirstStageTransformer needs a retriever with search(queries, k), got {retriever!r}")
+        if not isinstance(k, int) or k < 1:
+            raise ConfigError(f"k must be an integer of at least 1, got {k!r}")
+        self.retriever = retriever
+        self.k = k
+
+    def __repr__(self) -> str:
+        return f"FirstStageTransformer({getattr(self.retriever, 'name', type(self.retriever).__name__)}, k={self.k})"
+
+    def transform_outputs(self, input_columns: list[str]) -> list[str]:
+        """The output columns for ``input_columns`` (PyTerrier's inspection; nothing is retrieved)."""
+        _require(input_columns, ("qid", "query"), repr(self), {})
+        kept = pyterrier_module().model.query_columns(_pandas().DataFrame(columns=input_columns))
+        return [*kept, "docno", "score", "rank"]
+
+    def transform(self, inp: "pd.DataFrame") -> "pd.DataFrame":
+        """The top ``k`` of every query of ``inp`` (see the class)."""
+        pd = _pandas()
+        _require(inp.columns, ("qid", "query"), repr(self), {})
+        kept = list(pyterrier_module().model.query_columns(inp))
+        topics = inp[kept].drop_duplicates(subset="qid", keep="first").reset_index(drop=True)
+        topics["qid"] = topics["qid"].astype(str)
+        queries = []
+        for qid, text in zip(topics["qid"], topics["query"]):
+            if not isinstance(text, str):
+                raise PipelineError(f"{self!r}: query {qid!r} has no text in column 'query' (got {text!r})")
+            queries.append(Query(qid, text))
+        run = self.retriever.search(queries, self.k) if queries else {}
+        rows = [(hit.query_id, hit.doc_id, float(hit.score)) for query in queries
+                for hit in run.get(query.query_id, [])[: self.k]]
+        results = pd.DataFrame(rows, columns=["qid", "docno", "score"]).astype({"qid": str, "docno": str,
+                                                                                "score": "float64"})
+        bad = next((r for r in rows if not math.isfinite(r[2])), None)
+        if bad is not None:
+            raise PipelineError(f"{self!r} gave a non-finite score to doc {bad[1]!r} of query {bad[0]!r}")
+        merged = topics.merge(results, on="qid", how="inner")
+        return _with_ranks(merged, merged["score"].tolist())
+
+
+class _TextLoader:
+    """Adds column ``text_field`` to a result frame: the text of each ``docno`` in ``dataset``'s documents
+    (replacing a column of that name). A ``docno`` the dataset lacks is an error naming it."""
+
+    def __init__(self, dataset: Dataset, text_field: str = "text"):
+        self.dataset = dataset
+        self.text_field = text_field
+
+    def __repr__(self) -> str:
+        return f"TextLoader({self.dataset.name})"
+
+    def transform_outputs(self, input_columns: list[str]) -> list[str]:
+        """The output columns for ``input_columns`` (PyTerrier's inspection; no document is read)."""
+        _require(input_columns, ("docno",), repr(self), {})
+        return [*input_columns, *([self.text_field] if self.text_field not in input_columns else [])]
+
+    def transform(self, inp: "pd.DataFrame") -> "pd.DataFrame":
+        """``inp`` with the text column filled from the dataset (see the class)."""
+        _require(inp.columns, ("docno",), repr(self), {})
+        store = self.dataset.doc_store()
+        docnos = inp["docno"].astype(str)
+        missing = [d for d in dict.fromkeys(docnos) if d not in store]
+        if missing:
+            shown = ", ".join(map(repr, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise PipelineError(f"{self!r}: {len(missing)} docno(s) not in dataset {self.dataset.name!r}: {shown}")
+        out = inp.copy()
+        out[self.text_field] = [store[d].text for d in docnos]
+        return out
+
+
+_IMPLEMENTATIONS = {"RerankerTransformer": _RerankerTransformer, "FirstStageTransformer": _FirstStageTransformer,
+                    "TextLoader": _TextLoader}
+_CLASSES: dict[str, type] = {}
+
+
+def transformer_class(name: str) -> type:
+    """The public transformer class ``name`` (``RerankerTransformer``, ``FirstStageTransformer``, ``TextLoader``):
+    its logic combined with ``pt.Transformer`` (PyTerrier imported now, made once)."""
+    if name not in _CLASSES:
+        base = _IMPLEMENTATIONS[name]
+        _CLASSES[name] = type(name, (base, pyterrier_module().Transformer),
+                              {"__module__": __name__, "__doc__": base.__doc__, "__qualname__": name})
+    return _CLASSES[name]
+
+
+def __getattr__(name: str):
+    """``RerankerTransformer``, ``FirstStageTransformer`` and ``TextLoader`` are made on first access (module
+    ``__getattr__``, PEP 562), so that importing this module does not import PyTerrier."""
+    if name in _IMPLEMENTATIONS:
+        return transformer_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------------- by name, like pipeline.run
+
+
+def _dataset(dataset: str | Dataset, mirror: str | None = None) -> Dataset:
+    if isinstance(dataset, Dataset):
+        return dataset
+    if not isinstance(dataset, str):
+        raise ConfigError(f"dataset: a name, ir_datasets id or directory (str), or a loaded Dataset; got {dataset!r}")
+    return load_dataset(dataset, mirror)
+
+
+def _run_config(dataset: Dataset, options: Mapping[str, Any], **fields: Any) -> RunConfig:
+    """A :class:`RunConfig` of ``fields`` and the caller's ``options`` (other field names; ``overrides`` may be
+    a mapping of ``--set`` values); an unknown name is a :class:`ConfigError` listing the known ones."""
+    known = set(RunConfig.__dataclass_fields__) - {"dataset", *fields}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown run option(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
+    options = dict(options)
+    overrides = options.get("overrides")
+    if isinstance(overrides, Mapping):
+        options["overrides"] = tuple(f"{name}={value}" for name, value in overrides.items())
+    elif isinstance(overrides, str):
+        options["overrides"] = (overrides,)
+    return RunConfig(dataset=dataset.name, **fields, **options)
+
+
+def reranker(name: str, dataset: str | Dataset, text_field: str = "text", **options: Any):
+    """A :class:`RerankerTransformer` of re-ranker ``name``, obtained as ``python -m pipeline.run --reranker
+    NAME --dataset DATASET`` obtains it: with ``model=PATH_OR_NAME`` that checkpoint (or, for the bi-encoder,
+    a pre-trained sentence encoder used zero-shot, e.g. ``model="all-MiniLM-L6-v2"``); otherwise the cached
+    models of the dataset's protocol, trained now when missing (:func:`pipeline.model_cache.obtain_reranker`).
+
+    ``options`` are :class:`~pipeline.config.RunConfig` fields (``seed``, ``folds``, ``split``, ``k``,
+    ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``overrides`` as ``("epochs=3", ...)`` or
+    ``{"epochs": 3}``, ...). On a k-fold dataset (Cranfield, Vaswani, NFCorpus) each query is scored by the
+    model trained without it, so the frame's ``qid`` must be the dataset's query ids. Train the model on the
+    candidates it will re-rank: the same first stage and ``k`` as the pipeline's.
+    """
+    pyterrier_module()  # before any training: fail at once when the result could not be used
+    data = _dataset(dataset, options.get("mirror"))
+    config = _run_config(data, options, reranker=name)
+    if not config.reranking:
+        raise ConfigError("reranker: 'none' is no re-ranker; leave the re-ranker out of the pipeline instead")
+    cls = reranker_class(config.reranker)
+    if config.int8 and not hasattr(cls, "quantize_int8"):
+        raise ConfigError("int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
+    model_options(config, data, cls)  # an unknown --set name is a mistake with a given model too
+    seed_everything(config.seed)
+    set_threads(config.threads)
+    model = cls.load(config.model) if config.model else obtain_reranker(config, data)
+    if config.int8:
+        model.quantize_int8()
+    return transformer_class("RerankerTransformer")(model, text_field=text_field, batch_size=config.batch_size)
+
+
+def first_stage(name: str, dataset: str | Dataset, k: int = 1000, **options: Any):
+    """A :class:`FirstStageTransformer` of first stage ``name`` (``bm25``, ``bm25+rm3``, ``shipped``,
+    ``run:PATH``, ``auto``, ``codes``, ``colbert``, plugins) over ``dataset``, returning ``k`` documents per
+    query; the Lucene index is built when missing. ``options``: ``k1``, ``b``, ``fb_terms``, ``fb_docs``,
+    ``rm3_weight``, ``stemmer``, ``keep_stopwords`` (as ``pipeline.run``'s flags), ``mirror``."""
+    pyterrier_module()
+    unknown = sorted(set(options) - set(FIRST_STAGE_OPTIONS))
+    if unknown:
+        raise ConfigError(f"first_stage: unknown option(s) {', '.join(unknown)}; choose from "
+                          f"{', '.join(FIRST_STAGE_OPTIONS)}")
+    data = _dataset(dataset, options.get("mirror"))
+    config = _run_config(data, options, first_stage=name, k=k)
+    retriever = make_first_stage(config.first_stage, data, config.first_stage_settings())
+    return transformer_class("FirstStageTransformer")(retriever, k=k)
+
+
+def text_loader(dataset: str | Dataset, text_field: str = "text", mirror: str | None = None):
+    """A :class:`TextLoader` adding ``text_field`` from ``dataset``'s documents (put it between a first stage,
+    which gives ``docno`` only, and a re-ranker)."""
+    pyterrier_module()
+    return transformer_class("TextLoader")(_dataset(dataset, mirror), text_field=text_field)
+
+
+def topics(dataset: str | Dataset, split: str | None = None, mirror: str | None = None) -> "pd.DataFrame":
+    """``dataset``'s queries (all, or split ``split``'s) as a PyTerrier topics frame: ``qid``, ``query``."""
+    data = _dataset(dataset, mirror)
+    rows = [(q.query_id, q.text) for q in select_queries(data, split)]
+    return _pandas().DataFrame(rows, columns=["qid", "query"]).astype({"qid": str, "query": str})
+
+
+def qrels(dataset: str | Dataset, mirror: str | None = None) -> "pd.DataFrame":
+    """``dataset``'s judgments as a PyTerrier qrels frame: ``qid``, ``docno``, ``label`` (graded or negative
+    as judged)."""
+    data = _dataset(dataset, mirror)
+    rows = [(q.query_id, q.doc_id, int(q.relevance)) for q in data.qrels]
+    return _pandas().DataFrame(rows, columns=["qid", "docno", "label"]).astype({"qid": str, "docno": str,
+                                                                                "label": "int64"})
