@@ -44,17 +44,18 @@ down where it is made. Summary of the choices:
   encoder layer and on the SM BiLSTM input, as in the released code; none in
   the MLP. No highway layer (off by default in the released code).
 * RM features are laid out per query position, so the MLP input has a fixed
-  ``max_query_len`` slots per level; shorter queries leave zeros there.
+  ``query_slots`` positions per level; shorter queries leave zeros there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 import torch.nn as nn
 
+from pipeline.core.errors import ConfigError
 from rerankers.blocks import (
     BilinearInteraction,
     MaskedBiLSTM,
@@ -103,8 +104,10 @@ class HCANConfig:
             (tuned in {128, 256, 512}).
         hidden_dim: d, size of ``O_SM`` and of the MLP hidden layer (150).
         dropout: dropout rate (tuned in [0.1, 0.5]).
-        max_query_len: query positions the MLP has RM slots for; longer
-            queries must be truncated by the caller.
+        query_slots: query positions the MLP has RM inputs for (the text's
+            ``max_query_length`` is capped to it); longer queries must be
+            truncated by the caller. Called ``max_query_len`` before, a name
+            checkpoints of that time still carry (``RENAMED``).
         rm_softmax_over: ``"context"`` (eq. 1 as written) or ``"query"``
             (released code); see the module docstring.
         rm_null_logit: add a learned "no match" logit (one per level,
@@ -122,26 +125,29 @@ class HCANConfig:
     num_filters: int = 256
     hidden_dim: int = 150
     dropout: float = 0.1
-    max_query_len: int = 20
+    query_slots: int = 20
     rm_softmax_over: str = "query"
     rm_null_logit: bool = False
     sm_pooling: str = "last"
 
+    #: earlier option names, read from older checkpoints
+    RENAMED: ClassVar[dict[str, str]] = {"max_query_len": "query_slots"}
+
     def __post_init__(self) -> None:
         if self.encoder not in ENCODERS:
-            raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
+            raise ConfigError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         if self.matching not in MATCHINGS:
-            raise ValueError(f"matching must be one of {MATCHINGS}, got {self.matching!r}")
+            raise ConfigError(f"matching must be one of {MATCHINGS}, got {self.matching!r}")
         if self.rm_softmax_over not in ("context", "query"):
-            raise ValueError("rm_softmax_over must be 'context' or 'query'")
+            raise ConfigError("rm_softmax_over must be 'context' or 'query'")
         if self.sm_pooling not in ("last", "maxmean"):
-            raise ValueError("sm_pooling must be 'last' or 'maxmean'")
-        if self.num_layers < 1 or self.kernel_size < 1 or self.max_query_len < 1:
-            raise ValueError("num_layers, kernel_size and max_query_len must be >= 1")
+            raise ConfigError("sm_pooling must be 'last' or 'maxmean'")
+        if self.num_layers < 1 or self.kernel_size < 1 or self.query_slots < 1:
+            raise ConfigError("num_layers, kernel_size and query_slots must be >= 1")
         if self.hidden_dim % 2:
-            raise ValueError("hidden_dim must be even (split over the two BiLSTM directions)")
+            raise ConfigError("hidden_dim must be even (split over the two BiLSTM directions)")
         if self.encoder == "contextual" and self.num_filters % 2:
-            raise ValueError("num_filters must be even for the contextual (BiLSTM) encoder")
+            raise ConfigError("num_filters must be even for the contextual (BiLSTM) encoder")
 
 
 def hcan_phrase_lengths(config: HCANConfig) -> list[int]:
@@ -480,7 +486,7 @@ class HCANModel(nn.Module):
         )
         feature_size = 0
         if self.use_rm:
-            feature_size += (config.num_layers + 1) * 2 * config.max_query_len
+            feature_size += (config.num_layers + 1) * 2 * config.query_slots
         self.semantic = nn.ModuleList()
         if self.use_sm:
             self.semantic = nn.ModuleList(
@@ -495,15 +501,15 @@ class HCANModel(nn.Module):
         self, query_ids: torch.Tensor, query_mask: torch.Tensor, query_idf: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         # RM features have one MLP slot per query position, so columns past
-        # max_query_len may only be padding (dropped here); real tokens there
+        # query_slots may only be padding (dropped here); real tokens there
         # would have no slot.
-        max_len = self.config.max_query_len
+        max_len = self.config.query_slots
         if query_ids.shape[1] <= max_len:
             return query_ids, query_mask, query_idf
         if query_mask[:, max_len:].any():
             raise ValueError(
-                f"query has real tokens beyond max_query_len={max_len}; truncate queries "
-                "(and their IDF rows) to config.max_query_len before scoring"
+                f"query has real tokens beyond query_slots={max_len}; truncate queries "
+                "(and their IDF rows) to config.query_slots before scoring"
             )
         query_idf = query_idf[..., :max_len] if query_idf is not None else None
         return query_ids[:, :max_len], query_mask[:, :max_len], query_idf
@@ -544,7 +550,7 @@ class HCANModel(nn.Module):
 
         features = []
         if self.use_rm:
-            pad_slots = cfg.max_query_len - query_ids.shape[1]
+            pad_slots = cfg.query_slots - query_ids.shape[1]
             for level, (u_q, u_c) in enumerate(zip(q_levels, d_levels)):
                 rm = relevance_matching_features(
                     u_q, u_c, query_mask, doc_mask, query_idf[:, level].to(u_q.dtype), cfg.rm_softmax_over,
@@ -610,8 +616,8 @@ class HCANReranker(WordReranker):
         return tuple(sorted(set(hcan_phrase_lengths(self.model_config))))
 
     def build_module(self, embedding_weights):
-        if self.text_config.max_query_length > self.model_config.max_query_len:
-            self.text_config.max_query_length = self.model_config.max_query_len
+        if self.text_config.max_query_length > self.model_config.query_slots:
+            self.text_config.max_query_length = self.model_config.query_slots
         return HCANModel(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
 
     def _query_idf(self, tokens: Sequence[str]) -> list[list[float]]:

@@ -48,6 +48,7 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
+from pipeline.core.errors import ConfigError
 from rerankers.blocks import build_embedding, cosine_matrix, interaction_mask, masked_fill_padding
 from rerankers.neural import WordReranker
 from rerankers.training.data import RankingData
@@ -93,17 +94,17 @@ class IASMConfig:
 
     def __post_init__(self) -> None:
         if self.matrix not in MATRIX_MODES:
-            raise ValueError(f"matrix must be one of {MATRIX_MODES}, got {self.matrix!r}")
+            raise ConfigError(f"matrix must be one of {MATRIX_MODES}, got {self.matrix!r}")
         if self.num_layers < 1 or self.num_layers % 2 == 0:
-            raise ValueError(
+            raise ConfigError(
                 f"num_layers must be odd and >= 1 (eq. 8 compares Q^(0) with D^(n), whose rows are the "
                 f"query positions only for odd n), got {self.num_layers}"
             )
         for name in ("alpha", "beta", "gamma", "delta"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.gamma + self.delta <= 0:
-            raise ValueError("gamma + delta must be > 0 (eq. 8 would score every pair 0)")
+            raise ConfigError("gamma + delta must be > 0 (eq. 8 would score every pair 0)")
 
 
 @dataclass

@@ -53,6 +53,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from pipeline.core.errors import ConfigError
 from rerankers.blocks import BilinearInteraction, build_embedding, lengths_from_mask
 from rerankers.neural import WordReranker
 
@@ -90,11 +91,11 @@ class MatchSRNNConfig:
 
     def __post_init__(self) -> None:
         if self.tensor_channels < 1:
-            raise ValueError(f"tensor_channels must be >= 1, got {self.tensor_channels}")
+            raise ConfigError(f"tensor_channels must be >= 1, got {self.tensor_channels}")
         if self.hidden_dim < 1:
-            raise ValueError(f"hidden_dim must be >= 1, got {self.hidden_dim}")
+            raise ConfigError(f"hidden_dim must be >= 1, got {self.hidden_dim}")
         if not (0.0 <= self.init_scale < float("inf")):
-            raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale}")
+            raise ConfigError(f"init_scale must be a finite number >= 0, got {self.init_scale}")
 
 
 # --------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from pipeline.core.errors import ConfigError
 from rerankers.blocks import (
     BilinearInteraction,
     MaskedBiLSTM,
@@ -101,15 +102,15 @@ class MVLSTMConfig:
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_SIDES:
-            raise ValueError(f"attention must be one of {ATTENTION_SIDES}, got {self.attention!r}")
+            raise ConfigError(f"attention must be one of {ATTENTION_SIDES}, got {self.attention!r}")
         if self.interaction not in INTERACTIONS:
-            raise ValueError(f"interaction must be one of {INTERACTIONS}, got {self.interaction!r}")
+            raise ConfigError(f"interaction must be one of {INTERACTIONS}, got {self.interaction!r}")
         if self.hidden_size < 1 or self.top_k < 1 or self.tensor_channels < 1:
-            raise ValueError("hidden_size, top_k and tensor_channels must be >= 1")
+            raise ConfigError("hidden_size, top_k and tensor_channels must be >= 1")
         if self.mlp_hidden < 0:
-            raise ValueError("mlp_hidden must be >= 0 (0: a single linear layer, eq. 3)")
+            raise ConfigError("mlp_hidden must be >= 0 (0: a single linear layer, eq. 3)")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 @dataclass

@@ -270,10 +270,11 @@ class WordReranker(TorchReranker):
         if payload.get("reranker") != cls.name:
             raise CheckpointError(f"{path}: holds a {payload.get('reranker')!r} model, not {cls.name!r}")
         try:
-            model_config = cls.model_config_class(**payload["model_config"])
+            renamed = getattr(cls.model_config_class, "RENAMED", {})
+            model_config = cls.model_config_class(**{renamed.get(k, k): v for k, v in payload["model_config"].items()})
             text_config = TextConfig(**payload["text_config"])
             train_config = TrainConfig(**payload["train_config"])
-        except TypeError as error:
+        except (TypeError, ValueError) as error:
             raise CheckpointError(f"{path}: config does not match this version of {cls.name} ({error})") from None
         reranker = cls(model_config, text_config, train_config, payload.get("seed", 42))
         reranker.vocab = Vocabulary(list(payload["vocab"]))

@@ -78,7 +78,7 @@ BAD_OPTIONS = [
     (["--b", "2"], r"--b must be in \[0, 1\], got 2"),
     (["--stemmer", "snowball"], "--stemmer: unknown stemmer 'snowball'; choose one of porter, krovetz, none"),
     (["--reranker", "knrm", "--set", "nope=1"], "unknown model option 'nope'; known: .*epochs"),
-    (["--reranker", "knrm", "--set", "epochs=many"], "option epochs='many': expected a int"),
+    (["--reranker", "knrm", "--set", "epochs=many"], "option epochs='many': expected an integer"),
     (["--reranker", "hcan", "--set", "matching=sideways"], "option matching='sideways': matching must be one of"),
     (["--reranker", "knrm", "--set", "epochs"], "--set 'epochs': expected name=value"),
     (["--reranker", "knrm", "--config", "no-such.yaml"], "--config no-such.yaml: config file not found"),

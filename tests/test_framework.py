@@ -33,7 +33,7 @@ from rerankers.hcan import HCANReranker
 from rerankers.training.loop import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = {"num_filters": 16, "hidden_dim": 16, "num_layers": 2, "max_query_len": 8, "embeddings": "random",
+TINY = {"num_filters": 16, "hidden_dim": 16, "num_layers": 2, "query_slots": 8, "embeddings": "random",
         "embedding_dim": 16, "epochs": 6, "learning_rate": 0.01, "batch_size": 16, "dropout": 0.0}
 
 TOPICS = ["alpha bravo", "charlie delta", "echo foxtrot", "golf hotel", "india juliet", "kilo lima",
@@ -169,7 +169,7 @@ def test_overrides_route_to_configs_and_reject_unknown():
     assert reranker.text_config.max_doc_length == 20
     with pytest.raises(PipelineError, match="unknown model option 'nope'"):
         HCANReranker.from_options({"nope": 1})
-    with pytest.raises(PipelineError, match="expected a int"):
+    with pytest.raises(PipelineError, match="expected an integer"):
         HCANReranker.from_options({"epochs": "many"})
     with pytest.raises(ValueError):
         HCANReranker.from_options({"encoder": "sideways"})
@@ -399,6 +399,11 @@ def test_bad_checkpoints_are_clear_errors(tiny, tmp_path):
     save_checkpoint(mismatched, payload)
     with pytest.raises(CheckpointError, match="weights do not fit"):
         HCANReranker.load(mismatched)
+    renamed = torch.load(good, weights_only=True)
+    renamed["model_config"]["max_query_len"] = renamed["model_config"].pop("query_slots")  # the option's old name
+    old_name = tmp_path / "old-name.pt"
+    save_checkpoint(old_name, renamed)
+    assert HCANReranker.load(old_name).model_config.query_slots == reranker.model_config.query_slots
     edited = tmp_path / "edited.pt"
     torch.save(payload, edited)  # changed after its digest was taken
     with pytest.raises(CheckpointError, match="edited.pt: checkpoint is damaged"):

@@ -21,7 +21,7 @@ COMBOS = list(itertools.product(["deep", "wide", "contextual"], ["rm", "sm", "fu
 def small_config(encoder="deep", matching="full", **overrides):
     params = dict(
         encoder=encoder, matching=matching, num_layers=3, kernel_size=2,
-        num_filters=16, hidden_dim=8, dropout=0.1, max_query_len=8,
+        num_filters=16, hidden_dim=8, dropout=0.1, query_slots=8,
     )
     params.update(overrides)
     return HCANConfig(**params)
@@ -101,17 +101,17 @@ def test_pairs_do_not_interact_inside_a_batch(encoder):
 
 
 def test_query_longer_than_max_query_len():
-    config = small_config(max_query_len=4)
+    config = small_config(query_slots=4)
     model = make_model(config).eval()
     levels = config.num_layers + 1
     q, d, w = [[3, 4, 5]], [[3, 9, 10, 11]], [torch.rand(levels, 3)]
     with torch.no_grad():
         short = model(*pad_batch(q, d, w, levels))
-        # extra padding columns past max_query_len are fine ...
+        # extra padding columns past query_slots are fine ...
         long_padding = model(*pad_batch(q, d, w, levels, extra_q=5))
     torch.testing.assert_close(long_padding, short)
     # ... real tokens past it are not
-    with pytest.raises(ValueError, match="max_query_len"):
+    with pytest.raises(ValueError, match="query_slots"):
         model(*pad_batch([[3, 4, 5, 6, 7]], d, [torch.rand(levels, 5)], levels))
 
 

@@ -65,7 +65,7 @@ from __future__ import annotations
 from .options import (  # noqa: F401
     KINDS, INDEX_TYPES, HASH_HEADS, DEFAULT_CODE_ROOT, META_FILE, FAISS_FILE, TOKEN_DOCS_FILE, DOC_IDS_FILE,
     ENCODER_FILE, ENCODER_META, SHARD_MANIFEST, CHECKPOINT_FORMAT, GPU_MAX_K, TRAINING_COMPANIONS,
-    code_index_root, CodeOptions, LATER_FIELDS,
+    code_index_root, CodeOptions, LATER_FIELDS, PERSISTED_NAMES,
 )
 from .model import (  # noqa: F401
     pack_codes, unpack_codes, maxsim, TokenCodeEncoder, centred_similarity, skip_token_ids, new_encoder,

@@ -109,13 +109,13 @@ def encode_documents(model, tokenizer, texts: Sequence[str], options: CodeOption
     """Token vectors of ``texts``: ``(vectors, lengths)`` with vectors ``[sum(lengths), dim]`` float32 (float
     kind) or ``[sum(lengths), dim / 8]`` packed uint8 codes (binary kind), in document order. Batches are
     formed by token length (less padding)."""
-    lengths_in = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=options.doc_max_length)["input_ids"]]
+    lengths_in = [len(ids) for ids in tokenizer(list(texts), truncation=True, max_length=options.max_doc_length)["input_ids"]]
     order = sorted(range(len(texts)), key=lambda i: (lengths_in[i], i))
     per_doc: list = [None] * len(texts)
     with torch.inference_mode():
         for start in range(0, len(order), options.encode_batch_size):
             rows = order[start : start + options.encode_batch_size]
-            ids, att = tokenize(tokenizer, [texts[i] for i in rows], options.doc_max_length, device)
+            ids, att = tokenize(tokenizer, [texts[i] for i in rows], options.max_doc_length, device)
             with _autocast(device):
                 vectors, mask, _ = model.encode_docs(ids, att, hard=True)
             vectors, mask = vectors.float().cpu().numpy(), mask.cpu().numpy()

@@ -102,7 +102,7 @@ def center_sample(model: "TokenCodeEncoder", tokenizer, dataset: Dataset, option
         raise PipelineError(f"dataset {dataset.name!r} has no documents to centre the codes on")
     parts = []
     for start in range(0, len(texts), options.encode_batch_size):
-        ids, att = tokenize(tokenizer, texts[start : start + options.encode_batch_size], options.doc_max_length, device)
+        ids, att = tokenize(tokenizer, texts[start : start + options.encode_batch_size], options.max_doc_length, device)
         with _autocast(device):
             vectors, mask = model.encode_queries(ids, att)
         parts.append(vectors.float()[mask])
@@ -169,8 +169,8 @@ def hyperplane_agreement(float_model: "TokenCodeEncoder", tokenizer, sample: Seq
         planes = [model.hyperplanes for model in hashed]
     taus = np.zeros((len(seeds), len(sample)))
     for column, (query, docs) in enumerate(sample):
-        q_ids, q_att = tokenize(tokenizer, [query], options.query_max_length, device)
-        d_ids, d_att = tokenize(tokenizer, docs, options.doc_max_length, device)
+        q_ids, q_att = tokenize(tokenizer, [query], options.max_query_length, device)
+        d_ids, d_att = tokenize(tokenizer, docs, options.max_doc_length, device)
         with _autocast(device):
             q, q_mask = float_model.project_tokens(q_ids, q_att)
             d, d_mask = float_model.project_tokens(d_ids, d_att)

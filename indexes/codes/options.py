@@ -66,8 +66,8 @@ class CodeOptions:
     batch_size: int = 16                # training queries per step
     learning_rate: float = 2e-5         # transformer
     head_learning_rate: float = 1e-3    # projection MLP
-    query_max_length: int = 32
-    doc_max_length: int = 180
+    max_query_length: int = 32             # word pieces of a query (persisted as query_max_length)
+    max_doc_length: int = 180              # word pieces of a document (persisted as doc_max_length)
     hard_negatives: int = 1             # BM25 negatives per query and step (0: in-batch negatives only)
     negative_depth: int = 100           # BM25 depth the hard negatives come from
     alpha: float = 5.0                  # tanh(alpha x) while training the binary codes
@@ -120,7 +120,7 @@ class CodeOptions:
         for name in ("steps", "hard_negatives"):
             if getattr(self, name) < 0:
                 raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch_size", "query_max_length", "doc_max_length", "k_prime", "shard_size",
+        for name in ("batch_size", "max_query_length", "max_doc_length", "k_prime", "shard_size",
                      "encode_batch_size", "negative_depth", "hnsw_m"):
             if getattr(self, name) <= 0:
                 raise PipelineError(f"{name} must be positive, got {getattr(self, name)}")
@@ -134,13 +134,13 @@ class CodeOptions:
     def training_fields(self) -> dict:
         """The options that determine the trained encoder (with the training data)."""
         names = ("kind", "encoder", "dim", "steps", "batch_size", "learning_rate", "head_learning_rate",
-                 "query_max_length", "doc_max_length", "hard_negatives", "negative_depth", "alpha",
+                 "max_query_length", "max_doc_length", "hard_negatives", "negative_depth", "alpha",
                  "quantization_weight", "temperature", "seed")
-        return {**{name: getattr(self, name) for name in names}, **self._later_fields()}
+        return {**{PERSISTED_NAMES.get(name, name): getattr(self, name) for name in names}, **self._later_fields()}
 
     def key_fields(self) -> dict:
         """Everything in the cache key of an index (besides the dataset and the training data)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+        fields = {PERSISTED_NAMES.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.compare and f.name not in ("train_dataset", *LATER_FIELDS)}
         return {**fields, **self._later_fields()}
 
@@ -172,6 +172,9 @@ class CodeOptions:
                 fields.update(hash_center=True)
         return fields
 
+
+#: fields renamed after indexes were cached: their metadata, checkpoints and cache keys keep the first names
+PERSISTED_NAMES = {"max_query_length": "query_max_length", "max_doc_length": "doc_max_length"}
 
 #: CodeOptions fields that enter the cache keys only when they matter (see ``CodeOptions._later_fields``).
 LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws", "hash_center")

@@ -92,7 +92,7 @@ class CodeRetriever:
         self.device = resolve_device(device)
         self.tokenizer, self.model, opts = load_encoder_checkpoint(path / ENCODER_FILE, self.device)
         self.dim = opts["dim"]
-        self.query_max_length = opts["query_max_length"]
+        self.max_query_length = opts["query_max_length"]
         self.doc_ids: list[str] = json.loads((path / DOC_IDS_FILE).read_text(encoding="utf-8"))
         self.token_docs = np.load(path / TOKEN_DOCS_FILE)
         lengths = np.bincount(self.token_docs, minlength=len(self.doc_ids))
@@ -112,7 +112,7 @@ class CodeRetriever:
         result = []
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                ids, att = tokenize(self.tokenizer, texts[start : start + self.batch_size], self.query_max_length,
+                ids, att = tokenize(self.tokenizer, texts[start : start + self.batch_size], self.max_query_length,
                                     self.device)
                 with _autocast(self.device):
                     q, mask = self.model.encode_queries(ids, att)

@@ -141,8 +141,8 @@ class BatchSampler:
 def contrastive_loss(model, tokenizer, batch: TrainingBatch, options: CodeOptions, device=None):
     """Softmax cross-entropy of each query's target document among all the batch's documents (MaxSim /
     temperature), plus the quantisation loss for binary codes. Returns ``(total, cross_entropy)``."""
-    q_ids, q_att = tokenize(tokenizer, batch.queries, options.query_max_length, device)
-    d_ids, d_att = tokenize(tokenizer, batch.docs, options.doc_max_length, device)
+    q_ids, q_att = tokenize(tokenizer, batch.queries, options.max_query_length, device)
+    d_ids, d_att = tokenize(tokenizer, batch.docs, options.max_doc_length, device)
     with _autocast(device):
         q, q_mask = model.encode_queries(q_ids, q_att)
         d, d_mask, x = model.encode_docs(d_ids, d_att)

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError, PipelineError
+
+
+#: how a value of each type is asked for in an error
+EXPECTED = {bool: "true or false", int: "an integer", float: "a number"}
 
 
 def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> None:
@@ -16,16 +21,16 @@ def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> Non
     for name, value in overrides.items():
         key = name.replace("-", "_")
         if key not in known:
-            raise ConfigError(f"unknown model option {name!r}; known: {', '.join(sorted(known))}")
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"unknown model option {name!r}; {hint}known: {', '.join(sorted(known))}")
         config = known[key]
         current = getattr(config, key)
         setattr(config, key, _coerce(value, current, name))
         if hasattr(config, "__post_init__"):
             try:
                 config.__post_init__()
-            except ConfigError:
-                raise
-            except (ValueError, PipelineError) as error:
+            except (ValueError, PipelineError) as error:  # ConfigError included
                 # the configs check their own values (a traceback-free message either way)
                 raise ConfigError(f"option {name}={value!r}: {error}") from None
 
@@ -43,7 +48,7 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
         if isinstance(current, float):
             return float(value)
     except ValueError:
-        raise ConfigError(f"option {name}={value!r}: expected a {type(current).__name__}") from None
+        raise ConfigError(f"option {name}={value!r}: expected {EXPECTED.get(type(current), type(current).__name__)}") from None
     return value
 
 
