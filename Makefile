@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch is pinned exactly (2.13.0) in pyproject.toml: a looser pin pulls GBs of CUDA wheels
-	$(BIN)/pip install -q -e ".[cpu,test]"
+	$(BIN)/pip install -q -e ".[cpu,test,pyterrier]"
 	touch $@
 
 install: $(BIN)/.installed

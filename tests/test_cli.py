@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from conftest import run_python, write
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +154,19 @@ def test_evaluate_cli_bad_options_are_one_error_line(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_every_step_is_a_console_command():
+    import tomllib
+    from importlib import import_module, metadata
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert set(scripts) == {"rerank-run", "rerank-train", "rerank-index", "rerank-evaluate", "rerank-serve"}
+    installed = {point.name: point.value for point in metadata.entry_points(group="console_scripts")}
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        assert callable(getattr(import_module(module), function))
+        assert installed.get(name) == target, f"{name}: reinstall the project (pip install -e .)"
+        command = Path(sys.executable).parent / name
+        result = subprocess.run([str(command), "--help"], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-2000:]
