@@ -1,7 +1,10 @@
 """ADDAX: adaptive feature discrimination and denoising for asymmetric text matching (Li, Li and Guo).
 
-Spec: ``/work/shared/papers/addax.md`` (Sec. 3.2 for the model, eq. 1-14; Sec. 3.3 for the loss, eq. 15;
-Sec. 4.1 for the hyper-parameters; Table 3 for the ablations). Equation numbers below refer to that paper.
+Reference: Yan Li, Chenliang Li and Junjun Guo. "Adaptive Feature Discrimination and Denoising for
+Asymmetric Text Matching." Proceedings of the 29th International Conference on Computational Linguistics
+(COLING 2022), ACL Anthology (no DOI or arXiv version). Spec: Sec. 3.2 for the model, eq. 1-14; Sec. 3.3
+for the loss, eq. 15; Sec. 4.1 for the hyper-parameters; Table 3 for the ablations. Equation numbers
+below refer to that paper.
 
 The model, per (query Q, document D) pair:
 

@@ -1,7 +1,10 @@
 """HCAN: Hybrid Co-Attention Network (Rao et al., EMNLP 2019).
 
-Spec: ``/work/shared/papers/hcan-hybrid-co-attention.md`` (Sec. 2 for the
-model, Sec. 3.2 for the hyper-parameters). Section numbers and equation
+Reference: Jinfeng Rao, Linqing Liu, Yi Tay, Wei Yang, Peng Shi and Jimmy
+Lin. "Bridging the Gap Between Relevance Matching and Semantic Matching for
+Short Text Similarity Modeling." EMNLP-IJCNLP 2019, pp. 5370-5381.
+doi:10.18653/v1/D19-1540. Spec: Sec. 2 for the model, Sec. 3.2 for the
+hyper-parameters. Section numbers and equation
 numbers below refer to that paper. Where the paper is silent or ambiguous we
 follow the authors' released Keras code (github.com/jinfengr/hcan,
 ``attention_model.py`` / ``encoders.py``), and every such choice is written
@@ -20,10 +23,10 @@ down where it is made. Summary of the choices:
   the context (``rm_softmax_over="context"``). Then the Mean feature is
   identically ``1/m`` (m = real document length), and Max is near 1 whether
   or not the phrase occurs (the softmax always crowns some best match) while a
-  phrase occurring three times gets Max 1/3: measured on Microblog 2013 (RM
-  only, seed 42), this gives MAP .118. The released code normalises over the
-  query axis for each context position (``rm_softmax_over="query"``), which
-  keeps both features informative: MAP .156 in the same setting. The default
+  phrase occurring three times gets Max 1/3. The released code normalises
+  over the query axis for each context position (``rm_softmax_over="query"``),
+  which keeps both features informative and ranks clearly better (RM only,
+  Microblog 2013: BENCHMARKS.md, HCAN section). The default
   is therefore ``"query"``: the authors' results come from that code.
 * IDF weights are applied at every level (the released code applies them to
   levels 0-1 only; the paper says the weights change with the layer).

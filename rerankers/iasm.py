@@ -1,7 +1,9 @@
 """IASM: Interactive Attention networks for Semantic text Matching (Zhao et al., 2020).
 
-Spec: ``/work/shared/papers/iasm-interactive-attention.md``, Sec. II (model) and III-B (settings);
-equation numbers below refer to it. Where the paper is silent or self-contradictory we follow the
+Reference: Sendong Zhao, Yong Huang, Chang Su, Yuantong Li and Fei Wang. "Interactive Attention
+Networks for Semantic Text Matching." 20th IEEE International Conference on Data Mining (ICDM 2020),
+pp. 861-870. doi:10.1109/ICDM50108.2020.00095. Spec: Sec. II (model) and III-B (settings); equation
+numbers below refer to it. Where the paper is silent or self-contradictory we follow the
 authors' released code (github.com/SendongZhao/IASM, ``src/model.py``, ``src/loss.py``). The choices:
 
 * Shapes. ``A^(0)`` is ``m x n`` (eq. 1: query word i, document word j), so ``A^(0)T Q^(0)`` (eq. 4)

@@ -1,6 +1,8 @@
 """Match-SRNN and Bi-Match-SRNN (Wan et al., IJCAI 2016).
 
-Spec: ``/work/shared/papers/match-srnn.md``. Section and equation numbers below refer to that paper.
+Reference: Shengxian Wan, Yanyan Lan, Jun Xu, Jiafeng Guo, Liang Pang and Xueqi Cheng. "Match-SRNN:
+Modeling the Recursive Matching Structure with Spatial RNN." IJCAI 2016, pp. 2922-2928.
+arXiv:1604.04378. Section and equation numbers below refer to that paper.
 The model has three parts (Sec. 4, Figure 2):
 
 1. a neural tensor network gives every word pair ``(w_i, v_j)`` an interaction vector ``s_ij``

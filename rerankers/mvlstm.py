@@ -1,6 +1,11 @@
 """MV-LSTM (Wan et al., AAAI 2016) and aMV-LSTM (Belkacem et al., SAC 2019).
 
-Spec: ``/work/shared/papers/amv-lstm.md``; section and equation numbers below refer to that paper
+References: Thiziri Belkacem, Taoufiq Dkaki, Jose G. Moreno and Mohand Boughanem. "aMV-LSTM: an
+attention-based model with multiple positional text matching." 34th ACM/SIGAPP Symposium on Applied
+Computing (SAC 2019), pp. 788-795. doi:10.1145/3297280.3297355; and Shengxian Wan, Yanyan Lan, Jiafeng
+Guo, Jun Xu, Liang Pang and Xueqi Cheng. "A Deep Architecture for Semantic Matching with Multiple
+Positional Sentence Representations." AAAI 2016. arXiv:1511.08277. Section and equation numbers below
+refer to the first
 (MV-LSTM is its Sec. 2.3, eq. 1-3; aMV-LSTM its Sec. 3, eq. 4-5; the setup its Sec. 4.1). Where the
 paper is silent we follow what its authors ran: MatchZoo 1.x (``mvlstm.py`` and the WikiQA config
 ``mvlstm_wikiqa.config``) and their aMV-LSTM fork of it (``text1_attention``/``text2_attention``

@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 def random_hyperplanes(count: int, dim: int, seed: int) -> torch.Tensor:
     """``[count, dim]`` unit normals of random hyperplanes: stacked random orthogonal bases of R^dim (QR of
     Gaussian matrices), so that within each block of ``dim`` bits the hyperplanes are orthogonal. Orthogonal
-    blocks rank better than independent Gaussian normals (``benchmarks/lsh_draws.py``, 512 bits over 128-d
-    ColBERT vectors, mean of 3 draws: nDCG@10 .330 vs .322 on NFCorpus, .484 vs .478 on Vaswani)."""
+    blocks rank better than independent Gaussian normals (measured by ``benchmarks/lsh_draws.py``, 512 bits
+    over 128-d ColBERT vectors: BENCHMARKS.md)."""
     generator = torch.Generator().manual_seed(seed)
     blocks = [torch.linalg.qr(torch.randn(dim, dim, generator=generator))[0] for _ in range(-(-count // dim))]
     return torch.cat(blocks)[:count]
