@@ -29,7 +29,6 @@ import platform
 import random
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -46,6 +46,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_class: type) ->
     groups: dict[str, Any] = {}
     for config_field in dataclasses.fields(config_class):
         metadata = config_field.metadata
+        if metadata.get("cli", True) is False:  # set by the command from its own flags
+            continue
         group_name = metadata.get("group", "general")
         if group_name == "general":
             target = parser

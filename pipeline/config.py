@@ -22,6 +22,7 @@ from rerankers import available as reranker_names
 
 from .core.errors import ConfigError
 from .core.evaluation import parse_measures
+from .core.options import build_config, parse_overrides
 from .core.names import safe_name
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
@@ -36,6 +37,8 @@ GENERAL = "general"
 TRAINING = "re-ranker training (when no cached model exists)"
 SCORING = "re-ranker scoring (changes no trained model and no cache key)"
 LUCENE = "BM25 / RM3"
+CODE_FIRST_STAGES = ("codes", "colbert")
+CODES = "learned token codes (--first-stage codes / colbert)"
 
 
 def option(default: Any, help: str | Callable[[], str], group: str = GENERAL, **cli: Any) -> Any:
@@ -134,10 +137,15 @@ class RunConfig:
     rm3_weight: float = option(0.5, "RM3 original query weight, in [0, 1] (default 0.5)", LUCENE)
     stemmer: str = option("porter", f"index and query stemmer: {', '.join(STEMMERS)} (default: porter)", LUCENE)
     keep_stopwords: bool = option(False, "index and match stopwords", LUCENE)
+    code_overrides: tuple[str, ...] = option(
+        (), "option of the codes / colbert first stage's index, a field of indexes.codes.CodeOptions, e.g. "
+        "--code-set dim=512 --code-set hash_head=lsh (repeatable; python -m pipeline.index --help lists them)",
+        CODES, flag="--code-set", metavar="NAME=VALUE")
 
     def __post_init__(self) -> None:
         # normalise what the command line and callers give in looser types (a list of --set items, a str path)
         object.__setattr__(self, "overrides", tuple(self.overrides or ()))
+        object.__setattr__(self, "code_overrides", tuple(self.code_overrides or ()))
         object.__setattr__(self, "output_dir", Path(self.output_dir))
         self.check()
 
@@ -173,6 +181,22 @@ class RunConfig:
         within("--rm3-weight", self.rm3_weight, 0.0, 1.0)
         if self.stemmer not in STEMMERS:
             raise ConfigError(f"--stemmer: unknown stemmer {self.stemmer!r}; choose one of {', '.join(STEMMERS)}")
+        if self.code_overrides:
+            if self.first_stage not in CODE_FIRST_STAGES:
+                raise ConfigError(f"--code-set applies to --first-stage {' or '.join(CODE_FIRST_STAGES)}, "
+                                  f"not {self.first_stage!r}")
+            self.code_options()
+
+    def code_options(self):
+        """The :class:`indexes.codes.CodeOptions` of ``--code-set`` (``None`` when none is given: the
+        dataset's latest index of that kind, or the default options)."""
+        if not self.code_overrides:
+            return None
+        from indexes.codes import CodeOptions
+
+        pairs = parse_overrides(self.code_overrides, flag="--code-set")
+        kind = self.first_stage if self.first_stage in CODE_FIRST_STAGES else "codes"
+        return build_config(CodeOptions, {"kind": kind, **pairs}, label="--code-set option")
 
     @property
     def reranking(self) -> bool:
@@ -183,7 +207,7 @@ class RunConfig:
         """The first stage's options (Lucene analysis, BM25 and RM3 parameters)."""
         return BM25Settings(k1=self.k1, b=self.b, fb_terms=self.fb_terms, fb_docs=self.fb_docs,
                             original_query_weight=self.rm3_weight, stemmer=self.stemmer,
-                            keep_stopwords=self.keep_stopwords)
+                            keep_stopwords=self.keep_stopwords, codes=self.code_options())
 
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> "RunConfig":

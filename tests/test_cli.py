@@ -170,3 +170,23 @@ def test_every_step_is_a_console_command():
         command = Path(sys.executable).parent / name
         result = subprocess.run([str(command), "--help"], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-2000:]
+
+
+def test_index_flags_are_the_code_options_fields(capsys):
+    import dataclasses
+
+    from indexes.codes import CodeOptions
+    from pipeline.index import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = capsys.readouterr().out
+    derived = [option for option in dataclasses.fields(CodeOptions) if option.metadata["cli"]]
+    assert len(derived) > 25
+    for option in derived:
+        assert f"--{option.name.replace('_', '-')} " in help_text, option.name
+    assert "--progress" not in help_text  # cli=False: the command decides
+    assert main(["--kind", "codes", "--dim", "many"]) == 2
+    assert "argument --dim: invalid int value: 'many'" in capsys.readouterr().err
+    assert main(["--kind", "codes", "--hash-head", "xyz", "--dataset", "no-such-dataset"]) == 2
+    assert "unknown hash head 'xyz'" in capsys.readouterr().err  # options before the dataset

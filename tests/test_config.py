@@ -91,6 +91,11 @@ BAD_OPTIONS = [
     (["--name", ".."], "--name '..'"),
     (["--k", "many"], "argument --k: invalid int value: 'many'"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--code-set", "dim=512"], "--code-set applies to --first-stage codes or colbert, not 'auto'"),
+    (["--first-stage", "codes", "--code-set", "dimm=512"], "unknown --code-set option 'dimm'; did you mean 'dim'"),
+    (["--first-stage", "codes", "--code-set", "dim=many"], "--code-set option dim='many': expected an integer"),
+    (["--first-stage", "codes", "--code-set", "hash_head=xyz"], "unknown hash head 'xyz'"),
+    (["--first-stage", "colbert", "--code-set", "dim"], "--code-set 'dim': expected name=value"),
 ]
 
 

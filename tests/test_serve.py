@@ -22,7 +22,6 @@ from pipeline import serve
 from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.core.records import Doc, Query, ScoredDoc
 from rerankers.baselines import KNRMReranker
-from rerankers.training.data import RankingData
 from tests.conftest import PYTHON, REPO, subprocess_env
 from tests.helpers import fit_on_tiny_dataset, one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
 

@@ -62,30 +62,41 @@ The package, one job per module (each imports only the ones listed before it):
 """
 from __future__ import annotations
 
-from .options import (  # noqa: F401
-    KINDS, INDEX_TYPES, HASH_HEADS, DEFAULT_CODE_ROOT, META_FILE, FAISS_FILE, TOKEN_DOCS_FILE, DOC_IDS_FILE,
-    ENCODER_FILE, ENCODER_META, SHARD_MANIFEST, CHECKPOINT_FORMAT, GPU_MAX_K, TRAINING_COMPANIONS,
-    code_index_root, CodeOptions, LATER_FIELDS, PERSISTED_NAMES,
-)
-from .model import (  # noqa: F401
-    pack_codes, unpack_codes, maxsim, TokenCodeEncoder, centred_similarity, skip_token_ids, new_encoder,
-    tokenize,
-)
-from .training import (  # noqa: F401
-    TrainingSource, resolve_training, bm25_negatives, TrainingBatch, BatchSampler, contrastive_loss,
-    TrainingReport, train_encoder,
-)
-from .hashing import (  # noqa: F401
-    random_hyperplanes, hashed_from_float, recentre, centring_summary, CENTER_DOCS, center_sample, draw_seeds,
-    AGREEMENT_QUERIES, AGREEMENT_DOCS, kendall_tau, agreement_sample, hyperplane_agreement,
-)
-from .encoders import (  # noqa: F401
-    save_encoder, load_encoder_checkpoint, encoder_path, obtain_encoder,
-)
-from .build import (  # noqa: F401
-    index_path, is_complete, index_metadata, index_size_bytes, find_code_index, encode_documents,
-    build_code_index, verify_code_index, VERIFIED_FILES, VERIFIED_STAMP,
-)
-from .search import (  # noqa: F401
-    CodeRetriever, codes_first_stage, colbert_first_stage,
-)
+import importlib
+
+#: public name -> the module of this package that defines it (imported on first use: ``CodeOptions`` is
+#: needed to check a command line, which must not import torch and faiss)
+EXPORTS = {
+    "KINDS": "options", "INDEX_TYPES": "options", "HASH_HEADS": "options", "DEFAULT_CODE_ROOT": "options",
+    "META_FILE": "options", "FAISS_FILE": "options", "TOKEN_DOCS_FILE": "options", "DOC_IDS_FILE": "options",
+    "ENCODER_FILE": "options", "ENCODER_META": "options", "SHARD_MANIFEST": "options",
+    "CHECKPOINT_FORMAT": "options", "GPU_MAX_K": "options", "TRAINING_COMPANIONS": "options",
+    "code_index_root": "options", "CodeOptions": "options", "LATER_FIELDS": "options", "PERSISTED_NAMES": "options",
+    "pack_codes": "model", "unpack_codes": "model", "maxsim": "model", "TokenCodeEncoder": "model",
+    "centred_similarity": "model", "skip_token_ids": "model", "new_encoder": "model", "tokenize": "model",
+    "TrainingSource": "training", "resolve_training": "training", "bm25_negatives": "training",
+    "TrainingBatch": "training", "BatchSampler": "training", "contrastive_loss": "training",
+    "TrainingReport": "training", "train_encoder": "training", "random_hyperplanes": "hashing",
+    "hashed_from_float": "hashing", "recentre": "hashing", "centring_summary": "hashing", "CENTER_DOCS": "hashing",
+    "center_sample": "hashing", "draw_seeds": "hashing", "AGREEMENT_QUERIES": "hashing",
+    "AGREEMENT_DOCS": "hashing", "kendall_tau": "hashing", "agreement_sample": "hashing",
+    "hyperplane_agreement": "hashing", "save_encoder": "encoders", "load_encoder_checkpoint": "encoders",
+    "encoder_path": "encoders", "obtain_encoder": "encoders", "index_path": "build", "is_complete": "build",
+    "index_metadata": "build", "index_size_bytes": "build", "find_code_index": "build", "encode_documents": "build",
+    "build_code_index": "build", "verify_code_index": "build", "VERIFIED_FILES": "build", "VERIFIED_STAMP": "build",
+    "CodeRetriever": "search", "codes_first_stage": "search", "colbert_first_stage": "search",
+}
+SUBMODULES = ("options", "model", "training", "hashing", "encoders", "build", "search")
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{EXPORTS[name]}"), name)
+    if name in SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *EXPORTS, *SUBMODULES})

@@ -17,6 +17,12 @@ from pipeline.core.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
+
+def code_option(default, help: str, cli: bool = True, compare: bool = True):
+    """A :class:`CodeOptions` field with its help; ``pipeline.index``'s flags and ``pipeline.run``'s
+    ``--code-set`` names are derived from these fields (``cli=False``: not a flag of its own)."""
+    return field(default=default, compare=compare, metadata={"help": help, "group": "codes / colbert", "cli": cli})
+
 KINDS = ("codes", "colbert")
 INDEX_TYPES = ("flat", "hnsw")
 HASH_HEADS = ("mlp", "lsh")
@@ -58,38 +64,38 @@ class CodeOptions:
     """Options of a code index. Fields marked ``compare=False`` change neither the encoder nor the index
     (so they are not part of the cache key)."""
 
-    kind: str = "codes"                 # codes (binary) | colbert (float)
-    encoder: str = "all-MiniLM-L6-v2"   # rerankers.encoders name or local directory
-    dim: int = 128                      # bits per code / floats per vector
-    train_dataset: str | None = None    # None: the dataset's own training queries (see module docstring)
-    steps: int = 500
-    batch_size: int = 16                # training queries per step
-    learning_rate: float = 2e-5         # transformer
-    head_learning_rate: float = 1e-3    # projection MLP
-    max_query_length: int = 32             # word pieces of a query (persisted as query_max_length)
-    max_doc_length: int = 180              # word pieces of a document (persisted as doc_max_length)
-    hard_negatives: int = 1             # BM25 negatives per query and step (0: in-batch negatives only)
-    negative_depth: int = 100           # BM25 depth the hard negatives come from
-    alpha: float = 5.0                  # tanh(alpha x) while training the binary codes
-    quantization_weight: float = 0.1    # weight of (tanh(alpha x) - sign(x))^2 (binary kind)
-    straight_through: bool = False      # binary: train on the sign codes the index stores (see contrastive_loss)
-    hash_head: str = "mlp"              # binary: mlp (ADDAX's hashing MLP) | lsh (hyperplanes over a float encoder)
-    float_dim: int = 128                # lsh: dimension of the float (colbert) encoder the hyperplanes cut
-    hash_steps: int = 0                 # lsh: steps fine-tuning the hashed encoder after its initialisation
-    hash_seed: int | None = None        # lsh: seed of the hyperplanes (None: ``seed``, as before this option)
-    hash_draws: int = 1                 # lsh: hyperplane draws tried; the one agreeing best with the floats is kept
-    hash_center: bool = False           # lsh: hash v - mu (mu: mean token vector of the indexed documents)
-    temperature: float = 0.1            # softmax temperature on the MaxSim scores
-    seed: int = 42
-    index_type: str = "flat"            # flat | hnsw
-    hnsw_m: int = 32
-    # not part of the key
-    k_prime: int = field(default=256, compare=False)           # neighbours per query token at search time
-    shard_size: int = field(default=1024, compare=False)       # documents per resumable shard
-    encode_batch_size: int = field(default=32, compare=False)
-    device: str = field(default="auto", compare=False)
-    threads: int | None = field(default=None, compare=False)
-    progress: bool = field(default=True, compare=False)
+    kind: str = code_option("codes", "codes (binary) | colbert (float)", cli=False)
+    encoder: str = code_option("all-MiniLM-L6-v2", "rerankers.encoders name or local directory")
+    dim: int = code_option(128, "bits per code / floats per vector")
+    train_dataset: str | None = code_option(None, "train the encoder on this dataset's training queries (default: the dataset's own; required when it has none)")
+    steps: int = code_option(500, "training steps")
+    batch_size: int = code_option(16, "training queries per step")
+    learning_rate: float = code_option(2e-5, "learning rate of the transformer")
+    head_learning_rate: float = code_option(1e-3, "learning rate of the projection")
+    max_query_length: int = code_option(32, "word pieces kept of a query")  # persisted as query_max_length
+    max_doc_length: int = code_option(180, "word pieces kept of a document")  # persisted as doc_max_length
+    hard_negatives: int = code_option(1, "BM25 negatives per query and step (0: in-batch negatives only)")
+    negative_depth: int = code_option(100, "BM25 depth the hard negatives come from")
+    alpha: float = code_option(5.0, "tanh(alpha x) while training the binary codes")
+    quantization_weight: float = code_option(0.1, "weight of (tanh(alpha x) - sign(x))^2 (binary kind)")
+    straight_through: bool = code_option(False, "binary: train on the sign codes the index stores ")
+    hash_head: str = code_option("mlp", "binary: mlp (ADDAX's hashing MLP) | lsh (hyperplanes over a float encoder)")
+    float_dim: int = code_option(128, "lsh: dimension of the float (colbert) encoder the hyperplanes cut")
+    hash_steps: int = code_option(0, "lsh: steps fine-tuning the hashed encoder after its initialisation")
+    hash_seed: int | None = code_option(None, "lsh: seed of the hyperplanes (default: seed)")
+    hash_draws: int = code_option(1, "lsh: hyperplane draws tried; the one agreeing best with the floats is kept")
+    hash_center: bool = code_option(False, "lsh: hash v - mu (mu: mean token vector of the indexed documents)")
+    temperature: float = code_option(0.1, "softmax temperature on the MaxSim scores")
+    seed: int = code_option(42, "training seed (and of the lsh hyperplanes unless hash_seed)")
+    index_type: str = code_option("flat", "flat | hnsw")
+    hnsw_m: int = code_option(32, "hnsw: neighbours per graph node")
+    # not part of the cache key
+    k_prime: int = code_option(256, "neighbours per query token at search time", compare=False)
+    shard_size: int = code_option(1024, "documents per resumable shard", compare=False)
+    encode_batch_size: int = code_option(32, "documents per encoding batch", compare=False)
+    device: str = code_option("auto", "auto | cpu | cuda", compare=False)
+    threads: int | None = code_option(None, "torch and faiss CPU threads (None: their defaults)", cli=False, compare=False)
+    progress: bool = code_option(True, "progress bars while encoding", cli=False, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -52,7 +54,8 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
     return value
 
 
-def parse_overrides(items: Sequence[str] | None, config_file: str | Path | None = None) -> dict[str, Any]:
+def parse_overrides(items: Sequence[str] | None, config_file: str | Path | None = None,
+                    flag: str = "--set") -> dict[str, Any]:
     """``--config FILE`` (JSON or YAML mapping) then ``--set name=value`` items (later ones win); a missing
     or malformed file or item is a :class:`ConfigError`."""
     options: dict[str, Any] = {}
@@ -72,6 +75,44 @@ def parse_overrides(items: Sequence[str] | None, config_file: str | Path | None 
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"--set {item!r}: expected name=value")
+            raise ConfigError(f"{flag} {item!r}: expected name=value")
         options[name.strip()] = value.strip()
     return options
+
+
+def _field_type(annotation: Any) -> Any:
+    """``int | None`` -> ``int``; a plain type stays itself."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        present = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return present[0] if len(present) == 1 else str
+    return annotation
+
+
+def build_config(config_class: type, overrides: Mapping[str, Any], label: str = "option") -> Any:
+    """``config_class(**overrides)`` for a (possibly frozen) dataclass, with values given as text converted
+    to each field's type (``none`` for an optional field). An unknown name (with the closest known one), a
+    value of the wrong type or one the class's own checks refuse is a :class:`ConfigError` naming it."""
+    hints = typing.get_type_hints(config_class)
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    values = {}
+    for name, value in overrides.items():
+        key = name.replace("-", "_")
+        if key not in fields:
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"unknown {label} {name!r}; {hint}known: {', '.join(sorted(fields))}")
+        kind = _field_type(hints[key])
+        optional = kind is not hints[key]
+        if isinstance(value, str) and optional and value.lower() in ("none", "null", ""):
+            values[key] = None
+        elif isinstance(value, str) and kind in (bool, int, float):
+            try:
+                values[key] = _coerce(value, kind(), name)
+            except ConfigError as error:
+                raise ConfigError(f"{label} {str(error).removeprefix('option ')}") from None
+        else:
+            values[key] = value
+    try:
+        return config_class(**values)
+    except (TypeError, ValueError, PipelineError) as error:  # ConfigError included
+        raise ConfigError(f"{label}s: {error}") from None
