@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,9 @@ from typing import Iterable
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import CorruptCacheError, PipelineError
+from pipeline.core import filecheck
 from pipeline.core.locks import exclusive
+from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
@@ -63,13 +64,12 @@ class LuceneOptions:
 def index_path(dataset: Dataset, options: LuceneOptions, root: Path | None = None) -> Path:
     """The cache directory of ``dataset``'s index with ``options``."""
     digest = hashlib.sha1(f"{dataset.fingerprint}:{options.key()}".encode()).hexdigest()[:12]
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dataset.name).strip("_")
-    return (root or index_root()) / f"{safe}-{options.key()}-{digest}"
+    return (root or index_root()) / f"{safe_name(dataset.name, fallback='')}-{options.key()}-{digest}"
 
 
 def is_complete(path: Path) -> bool:
     """True when ``path`` holds a finished index (its metadata file is written last)."""
-    return (path / META_FILE).is_file()
+    return filecheck.is_complete(path, META_FILE)
 
 
 def build_index(
@@ -134,14 +134,10 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
 
 def index_metadata(path: Path) -> dict:
     """The metadata written beside an index (dataset, options, document count)."""
-    try:
-        metadata = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-        if not isinstance(metadata, dict) or not isinstance(metadata.get("options"), dict):
-            raise ValueError("expected a JSON object with 'options'")
-        return metadata
-    except (OSError, ValueError) as error:
-        raise CorruptCacheError(f"{path / META_FILE}: unreadable index metadata ({error}); delete the index to "
-                                f"rebuild it on the next run: rm -rf '{path}'") from None
+    metadata = filecheck.read_metadata(path, META_FILE, "Lucene index", required=("options",))
+    if not isinstance(metadata["options"], dict):
+        raise filecheck.damaged(Path(path), "Lucene index", f"{META_FILE}: 'options' is not an object")
+    return metadata
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.progress import progress_switch
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
+from pipeline.core.names import safe_name
+from pipeline.core import filecheck
 from pipeline.core.filecheck import check, damaged, describe, file_sha256
 from pipeline.core.locks import exclusive
 
@@ -26,7 +28,7 @@ from .hashing import center_sample, centring_summary, recentre
 from .model import _autocast, _set_threads, pack_codes, tokenize
 from .options import (
     CodeOptions, DOC_IDS_FILE, ENCODER_FILE, FAISS_FILE, META_FILE, SHARD_MANIFEST, TOKEN_DOCS_FILE, _digest,
-    _safe, code_index_root,
+    code_index_root,
 )
 from .training import TrainingSource, resolve_training
 
@@ -41,12 +43,12 @@ VERIFIED_STAMP = "pipeline-verified.json"
 def index_path(dataset: Dataset, options: CodeOptions, source: TrainingSource, root: Path | None = None) -> Path:
     """The cache directory of ``dataset``'s code index with ``options`` and training data ``source``."""
     digest = _digest({"dataset": dataset.fingerprint, "options": options.key_fields(), "training": source.key()})
-    return (root or code_index_root()) / f"{_safe(dataset.name)}-{options.kind}-{digest}"
+    return (root or code_index_root()) / f"{safe_name(dataset.name, fallback='dataset')}-{options.kind}-{digest}"
 
 
 def is_complete(path: Path) -> bool:
     """True when ``path`` holds a finished code index (its metadata file is written last)."""
-    return (Path(path) / META_FILE).is_file()
+    return filecheck.is_complete(path, META_FILE)
 
 
 def verify_code_index(path: Path) -> None:
@@ -66,13 +68,7 @@ def verify_code_index(path: Path) -> None:
 
 def index_metadata(path: Path) -> dict:
     """The metadata a finished build wrote into ``path`` (an unreadable file is a damaged index)."""
-    try:
-        meta = json.loads((Path(path) / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise damaged(Path(path), "code index", f"{META_FILE} is unreadable: {error}") from None
-    if not isinstance(meta, dict):
-        raise damaged(Path(path), "code index", f"{META_FILE} does not hold an object")
-    return meta
+    return filecheck.read_metadata(path, META_FILE, "code index")
 
 
 def index_size_bytes(path: Path) -> int:
@@ -86,7 +82,7 @@ def find_code_index(dataset: Dataset, kind: str, root: Path | None = None) -> Pa
     if not root.is_dir():
         return None
     found = []
-    for path in root.glob(f"{_safe(dataset.name)}-{kind}-*"):
+    for path in root.glob(f"{safe_name(dataset.name, fallback='dataset')}-{kind}-*"):
         if is_complete(path):
             meta = index_metadata(path)
             if meta.get("fingerprint") == dataset.fingerprint and meta.get("kind") == kind:

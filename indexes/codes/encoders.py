@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.names import safe_name
 from rerankers.checkpoints import load_checkpoint, save_checkpoint
 
 from .hashing import (
     agreement_sample, center_sample, centring_summary, draw_seeds, hashed_from_float, hyperplane_agreement,
 )
 from .model import TokenCodeEncoder
-from .options import CHECKPOINT_FORMAT, CodeOptions, ENCODER_FILE, ENCODER_META, _digest, _safe, code_index_root
+from .options import CHECKPOINT_FORMAT, CodeOptions, ENCODER_FILE, ENCODER_META, _digest, code_index_root
 from .training import TrainingSource, bm25_negatives, train_encoder
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def load_encoder_checkpoint(path: Path, device=None):
 def encoder_path(options: CodeOptions, source: TrainingSource, root: Path | None = None) -> Path:
     """The cache directory of the encoder trained with ``options`` on ``source``."""
     digest = _digest({"options": options.training_fields(), "training": source.key()})
-    return (root or code_index_root()) / "code-encoders" / f"{options.kind}-{_safe(source.dataset.name)}-{digest}"
+    return (root or code_index_root()) / "code-encoders" / f"{options.kind}-{safe_name(source.dataset.name, fallback='dataset')}-{digest}"
 
 
 def obtain_encoder(options: CodeOptions, source: TrainingSource, root: Path | None = None, force: bool = False,

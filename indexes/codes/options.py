@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,10 +45,6 @@ TRAINING_COMPANIONS = {"nfcorpus": "nfcorpus-dev", "nfcorpus/test": "nfcorpus-de
 def code_index_root() -> Path:
     """Where code indexes live: ``PIPELINE_INDEX_DIR`` (like the Lucene indexes) or ``indexes/cache/codes``."""
     return Path(os.environ.get("PIPELINE_INDEX_DIR", DEFAULT_CODE_ROOT))
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "dataset"
 
 
 def _digest(value) -> str:

@@ -41,6 +41,24 @@ def _stamp(directory: Path, names: Iterable[str]) -> dict[str, list[int]]:
     return {name: [(directory / name).stat().st_size, (directory / name).stat().st_mtime_ns] for name in names}
 
 
+def is_complete(entry: Path, metadata_file: str) -> bool:
+    """True when the cache ``entry`` is finished: its metadata file, written last, exists."""
+    return (Path(entry) / metadata_file).is_file()
+
+
+def read_metadata(entry: Path, metadata_file: str, what: str, required: tuple[str, ...] = ()) -> dict:
+    """The JSON object a build wrote into ``entry``'s ``metadata_file`` (with the keys ``required``); an
+    unreadable or garbled file is a damaged entry (:class:`CorruptCacheError` with the command that clears it)."""
+    try:
+        metadata = json.loads((Path(entry) / metadata_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise damaged(Path(entry), what, f"{metadata_file} is unreadable: {error}") from None
+    if not isinstance(metadata, dict) or any(key not in metadata for key in required):
+        keys = f" with {', '.join(repr(k) for k in required)}" if required else ""
+        raise damaged(Path(entry), what, f"{metadata_file} is not a JSON object{keys}")
+    return metadata
+
+
 def damaged(entry: Path, what: str, reason: str) -> CorruptCacheError:
     """The error for a damaged cache ``entry`` (``what``: "code index", ...), with the command that clears it."""
     error = CorruptCacheError(f"the {what} {entry} is damaged ({reason}); delete it to rebuild it on the next "
