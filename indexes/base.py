@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, runtime_checkable
 
-from pipeline.core.records import Query, Run
+from pipeline.core.records import Query, Run, ranked
 
 
 @runtime_checkable
@@ -31,7 +31,7 @@ class RunRetriever:
         """The run's top-``k`` for each query (by score, ties by doc id); queries it lacks get no documents."""
         result: Run = {}
         for query in queries:
-            hits = sorted(self.run.get(query.query_id, []), key=lambda s: (-s.score, s.doc_id))
+            hits = ranked(self.run.get(query.query_id, []))
             result[query.query_id] = hits[:k]
         return result
 

@@ -16,7 +16,7 @@ import logging
 from typing import Iterable, Mapping, Sequence
 
 from .core.errors import ConfigError, PipelineError
-from .core.records import Qrel, Run, ScoredDoc
+from .core.records import Qrel, Run, ScoredDoc, ranked
 from .stages import rerank, retrieve
 
 log = logging.getLogger("pipeline.fusion")
@@ -54,7 +54,7 @@ def interpolate(first: Run, reranked: Run, weight: float | Mapping[str, float]) 
             raise PipelineError(f"interpolation: query {query_id!r}: the runs hold different candidates "
                                 f"(e.g. {', '.join(missing)})")
         scored = [ScoredDoc(query_id, doc_id, w * base[doc_id] + (1 - w) * model[doc_id]) for doc_id in model]
-        result[query_id] = sorted(scored, key=lambda h: (-h.score, h.doc_id))
+        result[query_id] = ranked(scored)
     return result
 
 

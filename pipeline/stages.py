@@ -13,6 +13,7 @@ from indexes import make_first_stage
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Query, Run, ScoredDoc
+from .core.records import ranked as ranked_hits
 
 log = logging.getLogger("pipeline.stages")
 
@@ -93,7 +94,7 @@ def append_tail(reranked: Run, first: Run) -> Run:
     holds all k candidates (MAP over the full depth stays comparable with the first stage's)."""
     result: Run = {}
     for query_id, hits in reranked.items():
-        ranked = sorted(hits, key=lambda h: (-h.score, h.doc_id))
+        ranked = ranked_hits(hits)
         seen = {h.doc_id for h in ranked}
         floor = min((h.score for h in ranked), default=0.0)
         tail = [h for h in first.get(query_id, []) if h.doc_id not in seen]

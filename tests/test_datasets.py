@@ -683,3 +683,8 @@ def test_nfcorpus_titles_pairs_each_title_with_its_own_abstract(data_root):
     assert title == "statin breast cancer survival nationwide cohort study finland"
     assert abstract.startswith("recent studies suggested statins") and "abstract" not in abstract.split()[:1]
     assert load_dataset("nfcorpus-titles").splits == splits  # the partition is fixed
+
+
+def test_a_misspelt_dataset_name_gets_the_closest_one():
+    with pytest.raises(DatasetNotFoundError, match="did you mean 'cranfield'.*offline: cranfield, vaswani"):
+        load_dataset("cranfeild")

@@ -259,7 +259,7 @@ def test_write_run_canonical_order_and_ranks(tmp_path):
     lines = [line.split() for line in path.read_text().splitlines()]
     assert [(q, d, r) for q, _, d, r, _, _ in lines] == [
         ("1", "z", "1"),
-        ("2", "c", "1"), ("2", "a", "2"), ("2", "b", "3"), ("2", "d", "4"),
+        ("2", "c", "1"), ("2", "b", "2"), ("2", "a", "3"), ("2", "d", "4"),  # a tie: trec_eval's order
         ("10", "x", "1"),
     ]
     assert {line[1] for line in lines} == {"Q0"} and {line[5] for line in lines} == {"mytag"}
@@ -471,3 +471,19 @@ def test_doc_ids_with_whitespace_are_rejected_when_read(tmp_path, name, content,
     path.write_text(content)
     with pytest.raises(DataFormatError, match=rf"{name}:{line}: doc id 'd 2' contains whitespace"):
         list(read_docs(path))
+
+
+def test_the_rank_column_agrees_with_trec_eval_on_ties(tmp_path):
+    """trec_eval ranks tied scores by doc id descending; the written rank column says the same, so RR and P@k
+    computed from the rank column and from the scores agree."""
+    import pytrec_eval
+
+    run = {"1": [ScoredDoc("1", doc, 1.0) for doc in ("d1", "d3", "d2")] + [ScoredDoc("1", "d0", 2.0)]}
+    path = trec.write_run(tmp_path / "ties.run", run)
+    ranks = [line.split()[2] for line in path.read_text().splitlines()]
+    assert ranks == ["d0", "d3", "d2", "d1"]
+    for relevant, expected_rr in (("d1", 1 / 4), ("d3", 1 / 2)):
+        evaluator = pytrec_eval.RelevanceEvaluator({"1": {relevant: 1}}, {"recip_rank"})
+        scores = {"1": {hit.doc_id: hit.score for hit in run["1"]}}
+        assert evaluator.evaluate(scores)["1"]["recip_rank"] == expected_rr
+        assert 1 / (ranks.index(relevant) + 1) == expected_rr

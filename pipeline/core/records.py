@@ -5,7 +5,7 @@ records pass to ir_measures unchanged and a notebook user sees familiar shapes.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 
 class Query(NamedTuple):
@@ -41,3 +41,10 @@ class ScoredDoc(NamedTuple):
 
 #: A ranking of many queries: query id -> its scored documents (any order; writers sort).
 Run = dict[str, list[ScoredDoc]]
+
+
+def ranked(hits: Iterable[ScoredDoc]) -> list[ScoredDoc]:
+    """``hits`` best first: score descending, ties by doc id descending, the order trec_eval ranks them in
+    (so the rank column written, the top-k cut and the evaluation all agree)."""
+    by_id = sorted(hits, key=lambda hit: hit.doc_id, reverse=True)
+    return sorted(by_id, key=lambda hit: -hit.score)  # stable: ties keep the doc id order

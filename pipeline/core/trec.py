@@ -2,7 +2,8 @@
 
 Readers are strict: a malformed line raises :class:`~pipeline.core.errors.DataFormatError` naming the file,
 the line and what was expected, instead of being skipped. The run writer is atomic and canonical
-(queries in natural order, documents by descending score, ties by doc id, no duplicate documents).
+(queries in natural order, documents by descending score, ties by doc id descending as trec_eval ranks
+them, no duplicate documents).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Iterable, Iterator, Mapping
 
 from .atomic import atomic_write
 from .errors import DataFormatError
-from .records import Doc, Qrel, Query, Run, ScoredDoc
+from .records import Doc, Qrel, Query, Run, ScoredDoc, ranked
 from .textio import iter_lines
 
 # --------------------------------------------------------------------------------------------- topics
@@ -223,7 +224,8 @@ def natural_key(text: str) -> tuple:
 
 
 def sorted_run(run: Run | Iterable[ScoredDoc]) -> list[ScoredDoc]:
-    """All scored docs in canonical order: queries naturally, then score descending, then doc id."""
+    """All scored docs in canonical order: queries naturally, then score descending, ties by doc id descending
+    (trec_eval's order, :func:`pipeline.core.records.ranked`)."""
     if not isinstance(run, Mapping):
         grouped: Run = {}
         for scored in run:
@@ -231,7 +233,7 @@ def sorted_run(run: Run | Iterable[ScoredDoc]) -> list[ScoredDoc]:
         run = grouped
     ordered: list[ScoredDoc] = []
     for query_id in sorted(run, key=natural_key):
-        ordered.extend(sorted(run[query_id], key=lambda s: (-s.score, s.doc_id)))
+        ordered.extend(ranked(run[query_id]))
     return ordered
 
 

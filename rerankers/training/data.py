@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from pipeline.core.datasets import Dataset
-from pipeline.core.records import Doc, Qrel, Query, Run, ScoredDoc
+from pipeline.core.records import Doc, Qrel, Query, Run, ScoredDoc, ranked
 
 
 @dataclass
@@ -54,7 +54,7 @@ def rerank_candidates(reranker, data: RankingData, depth: int = 0) -> Run:
     for query_id in data.queries:
         hits = data.candidates.get(query_id, [])
         if depth > 0:
-            hits = sorted(hits, key=lambda h: (-h.score, h.doc_id))[:depth]
+            hits = ranked(hits)[:depth]
         heads[query_id] = hits
     items = [(data.queries[q], [data.docs[h.doc_id] for h in hits]) for q, hits in heads.items()]
     score_many = getattr(reranker, "score_many", None)

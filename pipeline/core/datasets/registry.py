@@ -8,6 +8,8 @@ entry point; an ir_datasets id, falling back to the data root's copy of the same
 """
 from __future__ import annotations
 
+import difflib
+
 import logging
 import os
 from pathlib import Path
@@ -51,6 +53,9 @@ BUILTIN_DATASETS: dict[str, Callable[[Path], Dataset]] = {
 }
 
 #: ir_datasets ids whose collection the data root also holds (used when the download is unavailable).
+#: ir_datasets ids read from the offline mirror (``../shared/data``) without a download
+MIRRORED_IR_DATASETS = ("cranfield", "vaswani")
+
 IR_DATASETS_EQUIVALENTS = {
     "vaswani": "vaswani-npl",
     "nfcorpus/test": "nfcorpus",
@@ -107,9 +112,12 @@ def load_dataset(name: str, mirror: str | os.PathLike | None = None) -> Dataset:
     except DatasetNotFoundError:
         if name in IR_DATASETS_EQUIVALENTS:
             return _load_builtin(IR_DATASETS_EQUIVALENTS[name], requested=name)
+        names = [*known_datasets(), *MIRRORED_IR_DATASETS, *IR_DATASETS_EQUIVALENTS]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise DatasetNotFoundError(
-            f"unknown dataset {name!r}: not a directory, not a known name ({', '.join(known_datasets())}) "
-            "and not an ir_datasets id"
+            f"unknown dataset {name!r}: {hint}not a directory, not a known name ({', '.join(known_datasets())}; "
+            f"ir_datasets ids that work offline: {', '.join(MIRRORED_IR_DATASETS)}) and not an ir_datasets id"
         ) from None
     except Exception as error:  # ir_datasets raises plain RuntimeErrors for failed downloads
         if not is_download_failure(error):
