@@ -38,15 +38,17 @@ def flag(config_field: dataclasses.Field) -> str:
     return config_field.metadata.get("flag") or "--" + config_field.name.replace("_", "-")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_class: type) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser, config_class: type,
+                         exclude: typing.Collection[str] = ()) -> None:
     """One flag per field of ``config_class`` (a dataclass whose fields carry ``help`` and ``group``
     metadata, see :func:`pipeline.config.option`): ``bool`` fields are switches, ``tuple`` fields repeatable,
-    ``Path`` fields paths; the parsed attribute is the field's name and its default the field's."""
+    ``Path`` fields paths; the parsed attribute is the field's name and its default the field's. Fields
+    named in ``exclude`` (and those whose ``cli`` metadata is false) get no flag."""
     hints = typing.get_type_hints(config_class)
     groups: dict[str, Any] = {}
     for config_field in dataclasses.fields(config_class):
         metadata = config_field.metadata
-        if metadata.get("cli", True) is False:  # set by the command from its own flags
+        if metadata.get("cli", True) is False or config_field.name in exclude:  # not this command's flag
             continue
         group_name = metadata.get("group", "general")
         if group_name == "general":

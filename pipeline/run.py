@@ -145,13 +145,14 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     return PipelineResult(run_path, final, comparison, timings, reranked)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m pipeline.run", description: str | None = None,
+                 exclude: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The ``python -m pipeline.run`` argument parser: one flag per :class:`RunConfig` field (help and
     re-ranker / first-stage names read from the registries now, so plugins are listed). Its errors are
     :class:`~pipeline.core.errors.ConfigError` s; :meth:`RunConfig.from_namespace` turns its result into a
     config."""
-    parser = OptionParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
-    add_config_arguments(parser, RunConfig)
+    parser = OptionParser(prog=prog, description=description or __doc__.split("\n\n")[0])
+    add_config_arguments(parser, RunConfig, exclude)
     return parser
 
 

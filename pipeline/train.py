@@ -5,7 +5,8 @@ Command line::
     python -m pipeline.train --dataset microblog --split 2013 --reranker hcan --set matching=rm
     python -m pipeline.train --dataset cranfield --reranker knrm --folds 5 --seed 1
 
-Takes the flags of ``pipeline.run`` and trains exactly what ``pipeline.run`` would (the same
+Takes the flags of ``pipeline.run`` that decide the models (not ``--rerank-depth --metrics --output-dir
+--name --model --interpolate --batch-size --int8``) and trains exactly what ``pipeline.run`` would (the same
 :func:`pipeline.model_cache.fold_models`): one model per fold of the protocol (see
 :func:`pipeline.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
 ``pipeline.run`` will look for it (same options, seed, first stage and depth give the same cache key). It
@@ -24,6 +25,10 @@ from .core.interrupts import exit_cleanly
 from .core.runtime import seed_everything, set_threads
 from .model_cache import FoldModel, fold_models, training_plan
 from .run import KEPT_ON_INTERRUPT, build_parser, parse_config
+
+
+#: flags of pipeline.run that change the run but not the trained models: pipeline.train does not take them
+RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "interpolate", "batch_size", "int8")
 
 
 def fold_line(model: FoldModel) -> str:
@@ -51,11 +56,11 @@ def train(config: RunConfig) -> list[FoldModel]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; takes the flags of ``pipeline.run`` (those of re-ranking are not used)."""
+    """Command-line entry point; takes the flags of ``pipeline.run`` that decide the trained models (not
+    those of :data:`RUN_ONLY`: an unknown flag is an error, never silently ignored)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parser = build_parser()
-    parser.prog = "python -m pipeline.train"
-    parser.description = __doc__.split("\n\n")[0]
+    parser = build_parser(prog="python -m pipeline.train", description=__doc__.split("\n\n")[0],
+                          exclude=RUN_ONLY)
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             train(parse_config(argv, parser))

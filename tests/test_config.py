@@ -286,3 +286,13 @@ def test_a_reranker_giving_nan_is_an_error_naming_the_query():
 
     with pytest.raises(PipelineError, match="broken gave a non-finite score to doc .* of query"):
         rerank(Broken(), dataset, dataset.first_stage)
+
+
+@pytest.mark.parametrize("flag", ["--rerank-depth", "--metrics", "--output-dir", "--name", "--model", "--interpolate",
+                                  "--batch-size", "--int8"])
+def test_pipeline_train_takes_only_its_own_flags(guarded, flag, capsys):
+    from pipeline.train import main as train_main
+
+    argv = ["--reranker", "knrm", flag] + ([] if flag == "--int8" else ["1"])
+    assert train_main(argv) == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
