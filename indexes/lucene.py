@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import CorruptCacheError, PipelineError
 from pipeline.core import filecheck
+from pipeline.core.home import index_root as home_index_root
 from pipeline.core.locks import exclusive
 from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
@@ -35,14 +35,13 @@ from .lucene_check import check_index, verify_index
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INDEX_ROOT = Path(__file__).resolve().parent / "cache" / "lucene"
 STEMMERS = ("porter", "krovetz", "none")
 META_FILE = "pipeline-index.json"
 
 
 def index_root() -> Path:
-    """Where indexes live: ``PIPELINE_INDEX_DIR`` or ``indexes/cache/lucene`` in the repo."""
-    return Path(os.environ.get("PIPELINE_INDEX_DIR", DEFAULT_INDEX_ROOT))
+    """Where indexes live: ``PIPELINE_INDEX_DIR``, else ``<home>/indexes/cache/lucene`` (:mod:`pipeline.core.home`)."""
+    return home_index_root("lucene")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from rerankers import available as reranker_names
 
 from .core.errors import ConfigError
 from .core.evaluation import parse_measures
+from .core.home import runs_root
 from .core.options import build_config, parse_overrides
 from .core.names import safe_name
 
@@ -104,7 +105,8 @@ class RunConfig:
                                "order (default 0: all k)", metavar="D")
     metrics: str | None = option(None, "ir-measures names, the first is the main one; {k} is replaced by --k "
                                  f"(default: the dataset's, else {DEFAULT_METRICS!r})")
-    output_dir: Path = option(Path("runs"), "where runs and reports go (default: runs/)")
+    output_dir: Path | None = option(None, "where runs and reports go (default: <home>/runs, the home being "
+                                     "PIPELINE_HOME or the repository)")
     name: str | None = option(None, "run name: one file name, the run is <output-dir>/<name>.run (default: "
                               "derived from dataset, split, first stage, re-ranker)")
     seed: int = option(42, "random seed (same seed -> same run file)")
@@ -146,7 +148,8 @@ class RunConfig:
         # normalise what the command line and callers give in looser types (a list of --set items, a str path)
         object.__setattr__(self, "overrides", tuple(self.overrides or ()))
         object.__setattr__(self, "code_overrides", tuple(self.code_overrides or ()))
-        object.__setattr__(self, "output_dir", Path(self.output_dir))
+        if self.output_dir is not None:
+            object.__setattr__(self, "output_dir", Path(self.output_dir))
         self.check()
 
     def check(self) -> None:
@@ -197,6 +200,11 @@ class RunConfig:
         pairs = parse_overrides(self.code_overrides, flag="--code-set")
         kind = self.first_stage if self.first_stage in CODE_FIRST_STAGES else "codes"
         return build_config(CodeOptions, {"kind": kind, **pairs}, label="--code-set option")
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's files go: ``--output-dir``, else ``<home>/runs`` (:mod:`pipeline.core.home`)."""
+        return self.output_dir if self.output_dir is not None else runs_root()
 
     @property
     def reranking(self) -> bool:

@@ -8,7 +8,6 @@ import argparse
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -17,6 +16,7 @@ from indexes import BM25Settings, make_first_stage
 from rerankers import reranker_class
 
 from .config import RunConfig
+from .core.home import model_root
 from .core.datasets import Dataset
 from .core.errors import ConfigError
 from .core.names import safe_name
@@ -26,12 +26,11 @@ from .protocols import Fold, PerQueryReranker, make_protocol
 from .resolve import candidate_depth, first_stage_name, model_options, run_split
 
 log = logging.getLogger("pipeline.model_cache")
-DEFAULT_MODEL_DIR = Path("models")
 
 
 def model_dir() -> Path:
-    """Where trained models are cached: ``PIPELINE_MODEL_DIR`` or ``models/``."""
-    return Path(os.environ.get("PIPELINE_MODEL_DIR", DEFAULT_MODEL_DIR))
+    """Where trained models are cached: ``PIPELINE_MODEL_DIR``, else ``<home>/models`` (:mod:`pipeline.core.home`)."""
+    return model_root()
 
 
 def checkpoint_path(dataset: Dataset, name: str, options: Mapping[str, Any], fold: Fold, seed: int,

@@ -92,7 +92,7 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     seed_everything(config.seed)
     dataset = load_dataset(config.dataset, config.mirror)
     plan = plan_run(config, dataset)
-    check_writable(config.output_dir)
+    check_writable(config.run_dir)
     if config.threads:  # read by the re-rankers when they first score or train (torch is not loaded yet)
         os.environ["PIPELINE_THREADS"] = str(config.threads)
     timings["load"] = time.perf_counter() - started
@@ -129,8 +129,8 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         if reranked is not None:
             reranked = append_tail(reranked, first)
     if reranked is not None:
-        write_run(config.output_dir / f"{plan.alone_name}.run", reranked, tag=plan.alone_name[:60])
-    run_path = write_run(config.output_dir / f"{plan.name}.run", final, tag=plan.name[:60])
+        write_run(config.run_dir / f"{plan.alone_name}.run", reranked, tag=plan.alone_name[:60])
+    run_path = write_run(config.run_dir / f"{plan.name}.run", final, tag=plan.name[:60])
 
     comparison = None
     evaluated = dataset.subset([q.query_id for q in plan.queries])
@@ -141,7 +141,7 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
             baseline = default_run_name(dataset.name, plan.first_stage, "none", plan.split)
             runs = {baseline: first, **({plan.alone_name: reranked} if reranked is not None else {}), plan.name: final}
         comparison = evaluation.compare(runs, evaluated.qrels, plan.metrics, baseline)
-        evaluation.save_report(comparison, config.output_dir, f"{plan.name}.eval")
+        evaluation.save_report(comparison, config.run_dir, f"{plan.name}.eval")
     return PipelineResult(run_path, final, comparison, timings, reranked)
 
 

@@ -2,8 +2,9 @@
 
 * The repository root is importable (the project is not pip-installed in the venv).
 * Before any test module imports ir_datasets (which fixes its cache paths at import time), the session
-  gets its own ``IR_DATASETS_HOME`` and ``PIPELINE_INDEX_DIR`` in a temporary directory, so no test writes
-  into the user's ``~/.ir_datasets`` or the repository's ``indexes/cache``.
+  gets its own ``IR_DATASETS_HOME``, ``PIPELINE_INDEX_DIR`` and ``PIPELINE_HOME`` in a temporary directory,
+  so no test writes into the user's ``~/.ir_datasets`` or the repository's ``indexes/cache``, ``models/``
+  or ``runs/``.
 * ``DATA`` is the real data root (``PIPELINE_DATA``, default ``../shared/data`` beside the repo); tests that
   need it use the ``data_root`` fixture, which skips when it is missing.
 """
@@ -42,6 +43,7 @@ def pytest_configure(config):
     _SESSION_DIR = Path(tempfile.mkdtemp(prefix="pipeline-tests-"))
     os.environ["IR_DATASETS_HOME"] = str(_SESSION_DIR / "ir_datasets")
     os.environ["PIPELINE_INDEX_DIR"] = str(_SESSION_DIR / "indexes")
+    os.environ["PIPELINE_HOME"] = str(_SESSION_DIR / "home")  # models and runs of tests never reach the repo
 
 
 def pytest_unconfigure(config):

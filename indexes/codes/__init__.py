@@ -67,7 +67,7 @@ import importlib
 #: public name -> the module of this package that defines it (imported on first use: ``CodeOptions`` is
 #: needed to check a command line, which must not import torch and faiss)
 EXPORTS = {
-    "KINDS": "options", "INDEX_TYPES": "options", "HASH_HEADS": "options", "DEFAULT_CODE_ROOT": "options",
+    "KINDS": "options", "INDEX_TYPES": "options", "HASH_HEADS": "options",
     "META_FILE": "options", "FAISS_FILE": "options", "TOKEN_DOCS_FILE": "options", "DOC_IDS_FILE": "options",
     "ENCODER_FILE": "options", "ENCODER_META": "options", "SHARD_MANIFEST": "options",
     "CHECKPOINT_FORMAT": "options", "GPU_MAX_K": "options", "TRAINING_COMPANIONS": "options",

@@ -6,12 +6,12 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.home import index_root
 
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,6 @@ def code_option(default, help: str, cli: bool = True, compare: bool = True):
 KINDS = ("codes", "colbert")
 INDEX_TYPES = ("flat", "hnsw")
 HASH_HEADS = ("mlp", "lsh")
-DEFAULT_CODE_ROOT = Path(__file__).resolve().parent.parent / "cache" / "codes"  # indexes/cache/codes
 META_FILE = "code-index.json"
 FAISS_FILE = "faiss.index"
 TOKEN_DOCS_FILE = "token_docs.npy"
@@ -43,8 +42,9 @@ TRAINING_COMPANIONS = {"nfcorpus": "nfcorpus-dev", "nfcorpus/test": "nfcorpus-de
 
 
 def code_index_root() -> Path:
-    """Where code indexes live: ``PIPELINE_INDEX_DIR`` (like the Lucene indexes) or ``indexes/cache/codes``."""
-    return Path(os.environ.get("PIPELINE_INDEX_DIR", DEFAULT_CODE_ROOT))
+    """Where code indexes live: ``PIPELINE_INDEX_DIR`` (like the Lucene indexes), else
+    ``<home>/indexes/cache/codes`` (:mod:`pipeline.core.home`)."""
+    return index_root("codes")
 
 
 def _digest(value) -> str:
