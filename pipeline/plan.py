@@ -4,6 +4,8 @@ interpolation, first stage, model options, run names) and raises a
 :class:`~pipeline.core.errors.ConfigError` for a bad option before anything is retrieved or trained."""
 from __future__ import annotations
 
+import logging
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,6 +21,8 @@ from .model_cache import TrainingPlan, training_plan
 from .naming import run_names
 from .protocols import Fold, make_protocol
 from .resolve import candidate_depth, first_stage_name, interpolation, metric_list, model_options, run_split
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,22 @@ class RunPlan:
         return self.metrics.split()[0]
 
 
+#: first stages that rank the shipped candidates themselves, not an index built over the dataset's documents
+FIXED_RANKINGS = ("shipped",)
+
+
+def searches_a_pool(dataset: Dataset, first_stage: str) -> bool:
+    """True (with a warning) when ``first_stage`` would index and search ``dataset``'s documents while they
+    are only a pool of a larger collection (:attr:`Recipe.pooled`): its numbers are not the collection's."""
+    pooled = dataset.recipe.pooled
+    if not pooled or first_stage in FIXED_RANKINGS or first_stage.startswith("run:"):
+        return False
+    log.warning("%s holds %s: --first-stage %s searches that pool, not the collection, and its numbers are not "
+                "comparable with %s over the full collection; the run is named '-pool'", dataset.name, pooled,
+                first_stage, first_stage)
+    return True
+
+
 def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
     """The :class:`RunPlan` of ``config`` on ``dataset``. Loads the re-ranker's class (not a model) and builds
     its configs to check the model options; reads no documents, retrieves and trains nothing."""
@@ -84,6 +104,7 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
         if not config.model:
             training = training_plan(config, dataset, split, folds)
     depth = 0 if config.rerank_depth >= k else config.rerank_depth
-    name, alone = run_names(config, dataset.name, first_stage, split, weight, depth)
+    pool = searches_a_pool(dataset, first_stage)
+    name, alone = run_names(config, dataset.name, first_stage + ("-pool" if pool else ""), split, weight, depth)
     return RunPlan(config, cls, split, queries, folds, k, depth, metrics, weight, first_stage,
                    config.first_stage_settings(), training, name, alone)

@@ -296,3 +296,26 @@ def test_pipeline_train_takes_only_its_own_flags(guarded, flag, capsys):
     argv = ["--reranker", "knrm", flag] + ([] if flag == "--int8" else ["1"])
     assert train_main(argv) == 2
     assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+
+
+def test_a_first_stage_over_a_pooled_collection_is_named_and_warned(caplog):
+    import dataclasses
+
+    from pipeline.core.datasets import Recipe
+    from pipeline.plan import plan_run
+
+    pooled = toy_dataset()
+    pooled.recipe = dataclasses.replace(pooled.recipe, pooled="the passages of a top-100 pool")
+    with caplog.at_level("WARNING"):
+        plan = plan_run(RunConfig(dataset="toy", first_stage="bm25"), pooled)
+    assert plan.name == "toy-bm25-pool"
+    assert "searches that pool, not the collection" in caplog.text
+    assert plan_run(RunConfig(dataset="toy", first_stage="shipped"), pooled).name == "toy-shipped"
+    assert plan_run(RunConfig(dataset="toy", first_stage="bm25"), toy_dataset()).name == "toy-bm25"
+    assert isinstance(pooled.recipe, Recipe)
+
+
+def test_the_shipped_dl_and_microblog_datasets_say_they_are_pools():
+    from pipeline.core.datasets import DL_RECIPE, MICROBLOG_RECIPE
+
+    assert "MS MARCO" in DL_RECIPE.pooled and "QL top-1000" in MICROBLOG_RECIPE.pooled

@@ -26,6 +26,10 @@ class Recipe:
     #: how the re-ranker's scores meet the first stage's by default (``--interpolate``): ``auto`` unless the
     #: shipped candidate order is no ranking to combine with
     interpolate: str = "auto"
+    #: set when the dataset's documents are only a pool of a larger collection (e.g. the passages of the
+    #: shipped top-100 runs of TREC DL): says what they are. A first stage built over them (bm25, codes ...)
+    #: searches the pool, not the collection, so its runs are named ``-pool`` and a warning says so
+    pooled: str | None = None
 
 
 @dataclass
