@@ -1,0 +1,369 @@
+"""The per-paper reproduction tables of BENCHMARKS.md, rendered from result files.
+
+One table per paper (HCAN, IASM, Match-SRNN, aMV-LSTM, ADDAX): for each row the dataset, the model, the
+metric(s), the paper's number and ours (mean ± sample sd over seeds), and the result file it comes from;
+under the table, the command that wrote each result file. Nothing is computed here beyond mean and sd:
+a number is either read from the JSON that ``reproduce.py`` wrote (:class:`Measured`: file, row, metric),
+or, where the measurement was only ever written as Markdown, kept as the text copied from that file
+(:class:`Copied`, which names the file and line it came from).
+
+    python benchmarks/reproductions.py                          # print the tables
+    python benchmarks/reproductions.py --update BENCHMARKS.md   # rewrite the marked blocks in place
+
+``--update`` replaces the text between ``<!-- reproduction:<paper>:begin -->`` and
+``<!-- reproduction:<paper>:end -->`` for every paper below, atomically, as ``effectiveness.py`` does for
+its tables.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from effectiveness import summary  # noqa: E402  (the same "mean ± sd" text as the effectiveness table)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A number in a ``reproduce.py`` result JSON: ``results[row][metric]`` over seeds, or, with ``row``
+    None, the file's ``first_stage[metric]`` (one value, the same for every seed)."""
+
+    file: str
+    row: str | None
+    metric: str
+
+    def text(self) -> str:
+        """The cell: ``mean ± sd`` over seeds (``summary``), or the first stage's value."""
+        data = load(self.file)
+        if self.row is None:
+            return f"{data['first_stage'][self.metric]:.4f}"
+        return summary(data["results"][self.row][self.metric])
+
+    def command(self) -> str:
+        """The command the JSON records (``reproduce.py`` writes it without the interpreter), as Markdown."""
+        return f"`python {load(self.file)['command']}`"
+
+
+@dataclass(frozen=True)
+class Copied:
+    """A number whose measurement exists only as Markdown: ``value`` is copied verbatim from line ``line``
+    of ``origin`` (a result file, or BENCHMARKS.md at the commit named, for numbers that were computed
+    from run files and never written to a result file). ``file`` is the result file the table cites (None:
+    the command only printed it); ``how`` is the command that produced it, as Markdown."""
+
+    value: str
+    origin: str
+    line: int
+    how: str
+    file: str | None
+
+    def text(self) -> str:
+        """The cell, as copied."""
+        return self.value
+
+    def command(self) -> str:
+        """The command (or procedure) that produced the number, as Markdown."""
+        return self.how
+
+
+Source = Measured | Copied
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a reproduction table; ``ours`` has one source per metric (cells joined with `` / ``)."""
+
+    dataset: str
+    model: str
+    metric: str
+    paper: str
+    ours: tuple[Source, ...]
+
+    def file(self) -> str | None:
+        """The result file the row cites (every source of a row comes from one file)."""
+        files = {source.file for source in self.ours}
+        if len(files) != 1:
+            raise ValueError(f"{self.model}: the sources of one row must come from one file, "
+                             f"got {sorted(map(str, files))}")
+        return files.pop()
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One paper's table: ``key`` names its marker block in BENCHMARKS.md."""
+
+    key: str
+    rows: tuple[Row, ...]
+
+
+def load(file: str) -> dict:
+    """A result file of ``benchmarks/results`` (JSON written by ``reproduce.py``)."""
+    return json.loads((RESULTS / file).read_text(encoding="utf-8"))
+
+
+def measured(file: str, row: str | None, *metrics: str) -> tuple[Measured, ...]:
+    """One :class:`Measured` per metric, all from ``file``'s ``row``."""
+    return tuple(Measured(file, row, metric) for metric in metrics)
+
+
+def render(paper: Paper) -> str:
+    """The Markdown table of one paper and, under it, the command behind each result file it cites."""
+    lines = ["| dataset | model | metric | paper | ours (mean ± sd over seeds) | result file |",
+             "|---|---|---|---|---|---|"]
+    # one line per (result file, command): a file can back rows measured in two ways (TrecQA's 89 answered
+    # questions are its runs evaluated again); rows with no file are named by their dataset and model, once
+    # per command
+    commands: dict[tuple[str, str], None] = {}
+    for row in paper.rows:
+        file = row.file()
+        where = f"`benchmarks/results/{file}`" if file else "not saved (the command prints it)"
+        ours = " / ".join(source.text() for source in row.ours)
+        lines.append(f"| {row.dataset} | {row.model} | {row.metric} | {row.paper} | {ours} | {where} |")
+        command = row.ours[0].command()
+        if file or all(command != seen for _, seen in commands):
+            commands.setdefault((where if file else f"{row.dataset}, {row.model}", command))
+    sources = [f"- {key}: {command}" for key, command in commands]
+    return "\n".join(lines) + "\n\n" + "\n".join(sources) + "\n"
+
+
+# --- HCAN (Rao, Yang, Zhang, Lin: Bridging the gap between relevance matching and semantic matching for
+# --- short text similarity modeling, EMNLP 2019): TrecQA raw-test (Table 2, TRAIN-ALL) and TREC Microblog
+# --- (Table 3), whose rows also hold the paper's DRMM, K-NRM and BERT baselines.
+
+#: the 89-answered-question numbers were computed from the runs of hcan_trecqa.json and written only into
+#: BENCHMARKS.md (at commit 3016533, lines 327-329); the procedure is the one quoted here
+TRECQA_ANSWERED = ("89 answered questions: its runs (`runs/reproduce/trecqa-raw-test-hcan-*.run`) evaluated with "
+                   "`pipeline.evaluate.evaluate` on `load_dataset(\"trecqa\").subset(answered)`")
+#: microblog_<year>_models.md have no JSON; their header comment is the command
+MICROBLOG_MODELS = ("python benchmarks/reproduce.py --dataset microblog --split {year} --reranker drmm --reranker knrm "
+                    "--reranker matchpyramid --reranker conv-knrm --reranker mvlstm --reranker amvlstm --reranker iasm "
+                    "--reranker iasm-static --reranker match-srnn --reranker bi-match-srnn --seeds 1 2 3 --metrics "
+                    "\"AP P@30\" --threads 1 --set max_examples_per_epoch=6400 --set dev_depth=100 --k 1000")
+
+
+def _trecqa_answered(model: str, line: int, map_value: str, mrr_value: str) -> Row:
+    how = TRECQA_ANSWERED
+    return Row("TrecQA raw-test, 89 answered q (trec_eval's convention)", model, "MAP / MRR", PAPER_TRECQA[model],
+               (Copied(map_value, "BENCHMARKS.md@3016533", line, how, "hcan_trecqa.json"),
+                Copied(mrr_value, "BENCHMARKS.md@3016533", line, how, "hcan_trecqa.json")))
+
+
+#: HCAN Table 2 (TrecQA raw, TRAIN-ALL), MAP / MRR
+PAPER_TRECQA = {"RM": ".756 / .812", "SM": ".663 / .725", "HCAN": ".774 / .843"}
+#: HCAN Table 3, MAP / P@30 per year: the three variants, and the baselines of that table we ran
+PAPER_MICROBLOG = {
+    "2013": {"RM": ".2818 / .5222", "SM": ".1365 / .2411", "HCAN": ".2920 / .5328", "QL": ".2532 / .4450",
+             "DRMM": ".2102 / .4061", "K-NRM": ".1750 / .3178", "BERT": ".3357 / .5656"},
+    "2014": {"RM": ".4304 / .6297", "SM": ".2414 / .3279", "HCAN": ".4365 / .6485", "QL": ".3924 / .6182",
+             "DRMM": ".3440 / .5424", "K-NRM": ".3472 / .5388", "BERT": ".5176 / .7006"},
+}
+#: DRMM / KNRM rows copied from microblog_<year>_models.md (no JSON was written): (line, MAP, P@30)
+MICROBLOG_BASELINES = {
+    "2013": {"DRMM": (4, "0.2105 ± 0.0041", "0.4204 ± 0.0085"), "K-NRM": (5, "0.1916 ± 0.0251", "0.3781 ± 0.0485")},
+    "2014": {"DRMM": (4, "0.3344 ± 0.0103", "0.5451 ± 0.0134"), "K-NRM": (5, "0.3197 ± 0.0333", "0.5152 ± 0.0467")},
+}
+
+
+def _microblog_rows(year: str) -> list[Row]:
+    data, paper = f"Microblog {year}", PAPER_MICROBLOG[year]
+    hcan, transformers = f"hcan_microblog_{year}_hinge_all.json", f"microblog_{year}_depth1000_3seeds.json"
+    rows = [Row(data, "QL (shipped first stage)", "MAP / P@30", paper["QL"], measured(hcan, None, "AP", "P@30"))]
+    for variant in ("RM", "SM", "HCAN"):
+        rows.append(Row(data, variant, "MAP / P@30", paper[variant],
+                        measured(hcan, f"hcan-{variant}", "AP", "P@30")))
+        rows.append(Row(data, f"{variant} + QL", "MAP / P@30", paper[variant],
+                        measured(hcan, f"hcan-{variant}+interp", "AP", "P@30")))
+    for model, (line, map_value, p30_value) in MICROBLOG_BASELINES[year].items():
+        file, how = f"microblog_{year}_models.md", f"`{MICROBLOG_MODELS.format(year=year)}`"
+        rows.append(Row(data, model.replace("K-NRM", "KNRM"), "MAP / P@30", paper[model],
+                        (Copied(map_value, file, line, how, file), Copied(p30_value, file, line, how, file))))
+    for model, row, label in (("cross-encoder", "cross-encoder", "cross-encoder (MiniLM, 2 x 3,200 pairs)"),
+                              ("addax", "addax", "ADDAX (MiniLM, 2 x 3,200 pairs)")):
+        bert = f"BERT: {paper['BERT']}" if model == "cross-encoder" else "—"
+        rows.append(Row(data, label, "MAP / P@30", bert, measured(transformers, row, "AP", "P@30")))
+        rows.append(Row(data, f"{label} + QL", "MAP / P@30", bert,
+                        measured(transformers, f"{row}+interp", "AP", "P@30")))
+    return rows
+
+
+def _microblog_other_years(year: str) -> list[Row]:
+    data, hcan = f"Microblog {year}", f"hcan_microblog_{year}_hinge_all.json"
+    return [Row(data, "QL (shipped first stage)", "MAP / P@30", "not reported", measured(hcan, None, "AP", "P@30")),
+            Row(data, "HCAN", "MAP / P@30", "not reported", measured(hcan, "hcan-HCAN", "AP", "P@30")),
+            Row(data, "HCAN + QL", "MAP / P@30", "not reported", measured(hcan, "hcan-HCAN+interp", "AP", "P@30"))]
+
+
+HCAN = Paper("hcan", tuple(
+    [Row("TrecQA raw-test, all 95 q (ir-measures)", m, "MAP / MRR", PAPER_TRECQA[m],
+         measured("hcan_trecqa.json", f"hcan-{m}", "AP", "RR")) for m in ("RM", "SM", "HCAN")]
+    + [_trecqa_answered("RM", 327, "0.7304 ± 0.0173", "0.7832 ± 0.0170"),
+       _trecqa_answered("SM", 328, "0.6483 ± 0.0160", "0.7012 ± 0.0233"),
+       _trecqa_answered("HCAN", 329, "0.7467 ± 0.0115", "0.8041 ± 0.0157")]
+    + _microblog_rows("2013") + _microblog_rows("2014")
+    + _microblog_other_years("2011") + _microblog_other_years("2012")))
+
+
+# --- IASM (Zhao et al., ICDM 2020): the PubMed title -> abstract task (Table III) on NFCorpus titles, and
+# --- the smoothing statistic of Table VII.
+
+TITLES = "nfcorpus_titles_models_3seeds.json"
+#: titles_full_ranking.py wrote only Markdown (seed 1); its header comment is the command
+FULL_RANKING = ("python benchmarks/titles_full_ranking.py --reranker drmm --reranker matchpyramid --reranker iasm "
+                "--reranker mvlstm --seeds 1 --set max_examples_per_epoch=6400 --set dev_depth=100 --k 100 --threads 1 "
+                "--output benchmarks/results/nfcorpus_titles_full_ranking.md")
+#: iasm_smoothing.py prints its table and writes no file; the numbers are BENCHMARKS.md@3016533 lines 499-500
+SMOOTHING = ("python benchmarks/iasm_smoothing.py --dataset wikiqa --split test-filtered --seeds 1 2 3 "
+             "--set max_examples_per_epoch=6400")
+#: the BM25 row of the titles task comes from its own pipeline.run (BENCHMARKS.md@3016533 line 586); the
+#: first stage recorded in nfcorpus_titles_models_3seeds.json rounds to 0.8802, not 0.8803
+TITLES_BM25 = 'python -m pipeline.run --dataset nfcorpus-titles --split test --metrics "P@1 RR AP R@100"'
+
+
+def _full(model: str, line: int, p1: str, mrr: str, paper: str) -> Row:
+    file = "nfcorpus_titles_full_ranking.md"
+    return Row("NFCorpus titles, all 338 test abstracts ranked (seed 1)", model, "P@1 / MRR", paper,
+               (Copied(p1, file, line, f"`{FULL_RANKING}`", file), Copied(mrr, file, line, f"`{FULL_RANKING}`", file)))
+
+
+IASM = Paper("iasm", (
+    Row("NFCorpus titles, BM25 top 100 (338 q)", "BM25 (first stage)", "P@1 / MRR", "—",
+        (Copied("0.8225", "BENCHMARKS.md@3016533", 586, f"`{TITLES_BM25}`", None),
+         Copied("0.8803", "BENCHMARKS.md@3016533", 586, f"`{TITLES_BM25}`", None))),
+    Row("NFCorpus titles, BM25 top 100 (338 q)", "IASM (dynamic)", "P@1 / MRR", ".2474 / .3749",
+        measured(TITLES, "iasm", "P@1", "RR")),
+    Row("NFCorpus titles, BM25 top 100 (338 q)", "IASM (static)", "P@1 / MRR", "—",
+        measured(TITLES, "iasm-static", "P@1", "RR")),
+    Row("NFCorpus titles, BM25 top 100 (338 q)", "DRMM", "P@1 / MRR", ".1246 / .2245",
+        measured(TITLES, "drmm", "P@1", "RR")),
+    _full("BM25 over the 338 test abstracts", 4, "0.9438", "0.9627", "—"),
+    _full("IASM (dynamic)", 7, "0.1391", "0.2264", ".2474 / .3749"),
+    _full("DRMM", 5, "0.9172", "0.9432", ".1246 / .2245"),
+    Row("WikiQA test-filtered, 2,341 test pairs", "IASM (dynamic, 5 layers)",
+        "share of pairs whose matching-matrix variance drops (all / relevant)", "drops (Table VII's direction)",
+        (Copied("1.000 (every seed)", "BENCHMARKS.md@3016533", 499, f"`{SMOOTHING}`", None),
+         Copied("1.000", "BENCHMARKS.md@3016533", 499, f"`{SMOOTHING}`", None))),
+    Row("WikiQA test-filtered, 2,341 test pairs", "IASM (static)",
+        "share of pairs whose matching-matrix variance drops (all / relevant)", "—",
+        (Copied("0.000", "BENCHMARKS.md@3016533", 500, f"`{SMOOTHING}`", None),
+         Copied("0.000", "BENCHMARKS.md@3016533", 500, f"`{SMOOTHING}`", None))),
+))
+
+
+# --- Match-SRNN (Wan et al., IJCAI 2016): the LCS simulation of Sec. 5.2, Match-SRNN against Bi-Match-SRNN.
+
+LCS = "python benchmarks/match_srnn.py --output benchmarks/results/match_srnn.md"
+
+MATCH_SRNN = Paper("match-srnn", (
+    Row("LCS simulation (10,000 / 1,000 pairs)", "Match-SRNN, 10-d states", "test RMSE / exact LCS length", "—",
+        (Copied("0.0159", "match_srnn.md", 7, f"`{LCS}`", "match_srnn.md"),
+         Copied("100.0%", "match_srnn.md", 7, f"`{LCS}`", "match_srnn.md"))),
+    Row("LCS simulation (10,000 / 1,000 pairs)", "Match-SRNN, 1-d states (Fig. 4's setting)",
+        "test RMSE / exact LCS length", "—",
+        (Copied("0.1049", "match_srnn.md", 6, f"`{LCS}`", "match_srnn.md"),
+         Copied("67.7%", "match_srnn.md", 6, f"`{LCS}`", "match_srnn.md"))),
+    Row("NFCorpus titles, BM25 top 100 (338 q)", "Match-SRNN", "P@1 / MRR", "— / .879 (Table 1, its QA data)",
+        measured(TITLES, "match-srnn", "P@1", "RR")),
+    Row("NFCorpus titles, BM25 top 100 (338 q)", "Bi-Match-SRNN", "P@1 / MRR", "— / .882 (Table 1, its QA data)",
+        measured(TITLES, "bi-match-srnn", "P@1", "RR")),
+    Row("WikiQA test-filtered (237 q)", "Match-SRNN", "MAP / MRR", "— (MatchZoo-py notebook: .6209 MAP)",
+        measured("match_srnn_wikiqa.json", "match-srnn", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "Match-SRNN, frozen embeddings", "MAP / MRR", "—",
+        measured("match_srnn_wikiqa.json", "match-srnn-frozen", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "Bi-Match-SRNN", "MAP / MRR", "—",
+        measured("match_srnn_wikiqa.json", "bi-match-srnn", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "Bi-Match-SRNN, frozen embeddings", "MAP / MRR", "—",
+        measured("match_srnn_wikiqa.json", "bi-match-srnn-frozen", "AP", "RR")),
+))
+
+
+# --- MV-LSTM / aMV-LSTM (Belkacem et al., SAC 2019): WikiQA, the paper's MAP on its own 80/10/10 split.
+
+#: wikiqa.md has no JSON; its header comment is the command (its last model, hcan, did not run)
+WIKIQA_MODELS = ("python benchmarks/reproduce.py --dataset wikiqa --split test-filtered --reranker knrm --reranker drmm "
+                 "--reranker matchpyramid --reranker conv-knrm --reranker iasm --reranker iasm-static --reranker mvlstm "
+                 "--reranker amvlstm --seeds 1 2 3 --metrics \"AP RR nDCG@3 nDCG@5\" --threads 1 "
+                 "--set max_examples_per_epoch=6400")
+
+AMVLSTM = Paper("amvlstm", (
+    Row("WikiQA test-filtered (237 q)", "MV-LSTM", "MAP / MRR", ".6046 / —",
+        (Copied("0.6171 ± 0.0141", "wikiqa.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa.md"),
+         Copied("0.6327 ± 0.0154", "wikiqa.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa.md"))),
+    Row("WikiQA test-filtered (237 q)", "aMV-LSTM (Q)", "MAP / MRR", ".6507 / —",
+        (Copied("0.6021 ± 0.0118", "wikiqa.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa.md"),
+         Copied("0.6172 ± 0.0132", "wikiqa.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa.md"))),
+    Row("WikiQA test-filtered (237 q)", "aMV-LSTM (A)", "MAP / MRR", ".6022 / —",
+        measured("wikiqa_amvlstm_sides.json", "amvlstm-a", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "aMV-LSTM (Q+A)", "MAP / MRR", ".5562 / —",
+        measured("wikiqa_amvlstm_sides.json", "amvlstm-qa", "AP", "RR")),
+))
+
+
+# --- ADDAX (Li, Li and Guo, COLING 2022): WikiQA (Table 2's ADDAX row and Table 3's ablations), MiniLM for
+# --- the paper's BERT-base.
+
+ADDAX = Paper("addax", (
+    Row("WikiQA test (243 q, the paper's filter)", "ADDAX, paper's recipe (18 epochs, patience 3)", "MAP / MRR",
+        ".8250 / .8338", measured("wikiqa_test243_paper18_addax_3seeds.json", "addax", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "ADDAX, paper's recipe", "MAP / MRR", "— (243 q only)",
+        measured("wikiqa_paper18_addax_3seeds.json", "addax", "AP", "RR")),
+    Row("WikiQA test (243 q)", "Att-MAGS, paper's recipe", "MAP / MRR", ".7979 / —",
+        measured("wikiqa_test243_paper18_attmags_3seeds.json", "addax-att-mags", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "Att-MAGS, paper's recipe", "MAP / MRR", ".7979 / —",
+        measured("wikiqa_paper18_attmags_3seeds.json", "addax-att-mags", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "w/o HD, paper's recipe", "MAP / MRR", ".8015 / —",
+        measured("wikiqa_paper18_nohd_seed1.json", "addax-no-hd", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "ADDAX, short budget (2 x 3,200 pairs): the next two rows' control",
+        "MAP / MRR", ".8250 / .8338", measured("wikiqa_transformers_3seeds.json", "addax", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "w/o MAGS, short budget", "MAP / MRR", ".7720 / —",
+        measured("wikiqa_addax_ablations_3seeds.json", "addax-no-mags", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "w/o HW, short budget", "MAP / MRR", ".7901 / —",
+        measured("wikiqa_addax_ablations_3seeds.json", "addax-no-hw", "AP", "RR")),
+    Row("WikiQA test (243 q)", "cross-encoder (MiniLM), 6 x 5,095 examples", "MAP / MRR", "—",
+        measured("wikiqa_test243_long_ce_3seeds.json", "cross-encoder", "AP", "RR")),
+    Row("WikiQA test-filtered (237 q)", "cross-encoder (MiniLM), 6 x 5,095 examples", "MAP / MRR", "—",
+        measured("wikiqa_long_ce_3seeds.json", "cross-encoder", "AP", "RR")),
+))
+
+PAPERS = (HCAN, IASM, MATCH_SRNN, AMVLSTM, ADDAX)
+
+
+def update(text: str, tables: dict[str, str], source: str = "the file") -> str:
+    """``text`` with each ``<!-- reproduction:<key>:begin -->`` ... ``end`` block replaced by its table."""
+    for key, table in tables.items():
+        begin, end = f"<!-- reproduction:{key}:begin -->", f"<!-- reproduction:{key}:end -->"
+        if begin not in text or end not in text:
+            raise SystemExit(f"{source}: no {begin} ... {end} block to replace")
+        head, rest = text.split(begin, 1)
+        text = head + begin + "\n" + table + rest[rest.index(end):]
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the tables; ``--update FILE`` rewrites their marked blocks in FILE, ``--output`` writes them."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", help="write the tables here (atomically)")
+    parser.add_argument("--update", metavar="MARKDOWN",
+                        help="replace the tables between the markers in this file (e.g. BENCHMARKS.md)")
+    args = parser.parse_args(argv)
+    from pipeline.core.atomic import atomic_write
+
+    tables = {paper.key: render(paper) for paper in PAPERS}
+    if args.output:
+        with atomic_write(args.output) as handle:
+            handle.write("\n".join(tables.values()))
+    if args.update:
+        text = update(Path(args.update).read_text(encoding="utf-8"), tables, args.update)
+        with atomic_write(args.update) as handle:
+            handle.write(text)
+    print("\n".join(tables.values()), end="")
+
+
+if __name__ == "__main__":
+    main()
