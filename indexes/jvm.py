@@ -79,11 +79,18 @@ def start_jvm() -> None:
             # Ctrl-C and kill run Python's clean-up instead of a JVM shutdown under a running torch (SIGSEGV)
             if "-Xrs" not in kept:
                 kept.append("-Xrs")
+            # SLF4J's own "Connected with provider ..." line is routine noise on every run
+            if not any(opt.startswith("-Dslf4j.internal.verbosity") for opt in kept):
+                kept.append("-Dslf4j.internal.verbosity=WARN")
             jnius_config.set_options(*kept)
             # pyserini.setup.configure_classpath adds the unsupported option when imported; once the
             # VM runs, that call raises and pyserini swallows it, so importing jnius here is enough.
-        import jnius  # noqa: F401  (starts the JVM)
+        import jnius  # (starts the JVM)
 
+        # Lucene logs routine INFO lines through java.util.logging (e.g. which MMap implementation it uses):
+        # the root logger keeps WARNING and above only
+        jnius.autoclass("java.util.logging.Logger").getLogger("").setLevel(
+            jnius.autoclass("java.util.logging.Level").WARNING)
         _started = True
 
 

@@ -98,7 +98,7 @@ def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=No
         model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
         dev_first = retrieve(dataset, first_stage, k, [dataset.queries[q] for q in fold.dev], settings)
         best, _ = tune_weight(dev_first, rerank(model, dataset, dev_first), dataset.qrels, metric)
-        log.warning("fold %s: interpolation weight %.2f (best dev %s over %d queries)", fold.name, best, metric,
+        log.info("fold %s: interpolation weight %.2f (best dev %s over %d queries)", fold.name, best, metric,
                     len(fold.dev))
         weights.update({q: best for q in fold.test})
     return weights

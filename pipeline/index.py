@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import sys
 import time
 from typing import Sequence
@@ -24,6 +23,7 @@ from indexes.codes import CodeOptions
 
 from .cli_options import OptionParser, add_config_arguments
 from .core.datasets import load_dataset
+from .core.logs import configure_logging
 from .core.errors import ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
 
@@ -34,7 +34,7 @@ KEPT_ON_INTERRUPT = ("no half-built index was left; finished code-index shards a
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: prints the index directory."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     parser = OptionParser(prog="python -m pipeline.index", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="cranfield")
     parser.add_argument("--kind", default="lucene", choices=INDEX_KINDS,

@@ -121,12 +121,12 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True) 
             reranker = None
             if load_cached:
                 reranker = cls.load(cached)
-                log.warning("loaded %s", cached)
+                log.info("loaded %s", cached)
             yield FoldModel(fold, path, reranker, cached=cached)
             continue
         if candidates is None:
             candidates = training_candidates(plan, dataset)
-        log.warning("training %s on %s (%d train, %d dev queries) -> %s", plan.reranker, fold.name,
+        log.info("training %s on %s (%d train, %d dev queries) -> %s", plan.reranker, fold.name,
                     len(fold.train), len(fold.dev), path)
         reranker, report = train_fold(plan.reranker, dataset, fold, candidates, plan.options, plan.seed, path)
         yield FoldModel(fold, path, reranker, report=report)

@@ -40,6 +40,7 @@ from .config import RunConfig
 from .config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
 from .core import evaluation
 from .core.datasets import load_dataset
+from .core.logs import configure_logging
 from .core.errors import ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
 from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluate``, see above)
@@ -163,7 +164,7 @@ def parse_config(argv: Sequence[str] | None = None, parser: argparse.ArgumentPar
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: a bad option or input prints ``error: ...`` and exits with status 2."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             result = run_pipeline(parse_config(argv))

@@ -50,6 +50,7 @@ from rerankers import reranker_class
 from .cli_options import OptionParser
 from .config import RunConfig
 from .core.datasets import Dataset, load_dataset
+from .core.logs import configure_logging
 from .core.errors import CheckpointError, ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
 from .core.records import Doc, Query
@@ -829,7 +830,7 @@ def serve(options: argparse.Namespace, announce: Callable[[str], None] = print) 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: a bad option prints ``error: ...`` and exits with status 2; Ctrl-C and
     ``kill`` stop the service cleanly (130 / 143)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             serve(build_parser().parse_args(argv), lambda line: print(line, flush=True))

@@ -51,7 +51,7 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
             raise PipelineError(f"query {query_id!r}: first-stage doc {missing[0]!r} is not in {dataset.name!r}")
     score_many = getattr(reranker, "score_many", None)
     if score_many is None and batch_size:
-        log.warning("%s scores query by query; the scoring batch size %d does not apply", reranker.name, batch_size)
+        log.info("%s scores query by query; the scoring batch size %d does not apply", reranker.name, batch_size)
     limit = max(RERANK_CHUNK_PAIRS, 8 * (batch_size or 0)) if batch_queries and score_many is not None else 0
     chunks: list[list[str]] = [[]]
     pairs = 0

@@ -14,12 +14,12 @@ prints one line per fold with the dev score. A fold whose checkpoint exists is s
 """
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Sequence
 
 from .config import RunConfig
 from .core.datasets import load_dataset
+from .core.logs import configure_logging
 from .core.errors import PipelineError
 from .core.interrupts import exit_cleanly
 from .core.runtime import seed_everything, set_threads
@@ -58,7 +58,7 @@ def train(config: RunConfig) -> list[FoldModel]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; takes the flags of ``pipeline.run`` that decide the trained models (not
     those of :data:`RUN_ONLY`: an unknown flag is an error, never silently ignored)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging()
     parser = build_parser(prog="python -m pipeline.train", description=__doc__.split("\n\n")[0],
                           exclude=RUN_ONLY)
     try:

@@ -521,7 +521,7 @@ def test_seed_cache_checks_md5(tmp_path, monkeypatch, data_root):
 @pytest.mark.slow
 def test_vaswani_falls_back_to_the_local_copy(data_root, no_network, caplog):
     # This session's IR_DATASETS_HOME is empty and downloads fail, so ir_datasets cannot get npl.tar.gz.
-    with caplog.at_level(logging.WARNING, logger="pipeline.core.datasets"):
+    with caplog.at_level(logging.INFO, logger="pipeline.core.datasets"):
         dataset = load_dataset("vaswani")
     assert dataset.name == "vaswani"
     assert dataset.source == str(data_root / "vaswani-npl")

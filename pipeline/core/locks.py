@@ -30,7 +30,7 @@ def exclusive(entry: str | os.PathLike) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.warning("waiting for another process that is building in %s", directory)
+            log.info("waiting for another process that is building in %s", directory)
             fcntl.flock(descriptor, fcntl.LOCK_EX)
         try:
             yield

@@ -176,13 +176,13 @@ class Trainer:
             best_state, best_score, stale, done = saved["best_state"], saved["best_score"], saved["stale"], saved["epoch"]
             last_learning_rate = optimizer.param_groups[0]["lr"]
             self.restore_generators(saved["generators"], rng)
-            log.warning("%s: resuming after epoch %d/%d from %s", self.reranker.name, done, config.epochs, state_path)
+            log.info("%s: resuming after epoch %d/%d from %s", self.reranker.name, done, config.epochs, state_path)
         elif config.dev_at_start and dev is not None and dev.queries:
             # epoch 0: the weights training starts from compete with every epoch for the dev metric
             best_score = self.evaluate(dev)
             best_state = copy.deepcopy(module.state_dict())
             report.best_epoch, report.best_dev_score = 0, best_score
-            log.warning("%s before training: dev %s %.4f", self.reranker.name, config.dev_metric, best_score)
+            log.info("%s before training: dev %s %.4f", self.reranker.name, config.dev_metric, best_score)
         for epoch in range(done + 1, config.epochs + 1):
             started = time.perf_counter()
             module.train()
@@ -227,7 +227,7 @@ class Trainer:
                 stale += 1
             dev_text = "" if dev_score is None else (
                 f" dev {config.dev_metric} {dev_score:.4f} (best {best_score:.4f} @ {report.best_epoch})")
-            log.warning("%s epoch %d/%d loss %.4f%s %d examples %.1f s", self.reranker.name, epoch, config.epochs,
+            log.info("%s epoch %d/%d loss %.4f%s %d examples %.1f s", self.reranker.name, epoch, config.epochs,
                         entry.loss, dev_text, count, entry.seconds)
             if dev_score is not None and stale >= config.patience:
                 report.stopped_early = True

@@ -8,6 +8,7 @@ entry point; an ir_datasets id, falling back to the data root's copy of the same
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 
 import logging
@@ -90,6 +91,18 @@ def register_dataset(name: str, loader: Callable[[], Dataset] | str) -> None:
     DATASET_PLUGINS.register(name, loader)
 
 
+@contextlib.contextmanager
+def quiet_ir_datasets():
+    """No log line up to WARNING for the ``with`` body: ir_datasets prints one per download retry, from loggers
+    it makes (at INFO, not propagating) on first use, so only the global switch reaches them."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
 def known_datasets() -> list[str]:
     """Every name :func:`load_dataset` knows without ir_datasets: built-in, then registered or from entry
     points (listing them imports nothing)."""
@@ -108,6 +121,9 @@ def load_dataset(name: str, mirror: str | os.PathLike | None = None) -> Dataset:
     if name in DATASET_PLUGINS:
         return _load_plugin(name)
     try:
+        if name in IR_DATASETS_EQUIVALENTS:  # a local copy exists: ir_datasets' retry lines are noise
+            with quiet_ir_datasets():
+                return load_ir_dataset(name, mirror_path)
         return load_ir_dataset(name, mirror_path)
     except DatasetNotFoundError:
         if name in IR_DATASETS_EQUIVALENTS:
@@ -123,7 +139,7 @@ def load_dataset(name: str, mirror: str | os.PathLike | None = None) -> Dataset:
         if not is_download_failure(error):
             raise
         if name in IR_DATASETS_EQUIVALENTS and data_root() is not None:
-            log.warning("ir_datasets could not download %s; using the local copy %s from %s",
+            log.info("ir_datasets could not download %s; using the local copy %s from %s",
                         name, IR_DATASETS_EQUIVALENTS[name], data_root())
             return _load_builtin(IR_DATASETS_EQUIVALENTS[name], requested=name)
         raise DatasetNotFoundError(
