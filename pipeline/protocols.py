@@ -3,6 +3,7 @@ protocol such as Microblog's leave-one-year-out, or k folds by query), and :clas
 sends each test query to the model trained without it."""
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -10,6 +11,8 @@ from typing import Any, Mapping, Sequence
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Doc, Query
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +50,24 @@ def kfold(query_ids: Sequence[str], k: int, seed: int, dev_fraction: float = 0.1
 
 def make_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: int = 5,
                   dev_fraction: float = 0.15) -> list[Fold]:
+    """The folds of :func:`split_protocol`, with topics that have no judgment left out of training and of
+    the dev queries (they teach nothing and would drag early stopping and the tuned combination weight
+    towards 0); they stay test queries. How many were left out is logged."""
+    protocol = split_protocol(dataset, test_split, seed, folds, dev_fraction)
+    judged = {qrel.query_id for qrel in dataset.qrels}
+    if not judged:
+        return protocol
+    left_out = {q for fold in protocol for q in (*fold.train, *fold.dev) if q not in judged}
+    if left_out:
+        log.info("%d of %d topics of %s have no judgments: left out of training and of the dev queries (%s)",
+                 len(left_out), len(dataset.queries), dataset.name, ", ".join(sorted(left_out)[:10])
+                 + (" ..." if len(left_out) > 10 else ""))
+    return [Fold(fold.name, [q for q in fold.train if q in judged], [q for q in fold.dev if q in judged], fold.test)
+            for fold in protocol]
+
+
+def split_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: int = 5,
+                   dev_fraction: float = 0.15) -> list[Fold]:
     """The folds for ``dataset`` when re-ranking ``test_split`` (``None``: all queries).
 
     * a dataset with a ``train`` split: train on it; validate on ``dev`` (or the ``*-dev`` split matching

@@ -20,6 +20,7 @@ from pipeline.core.datasets import load_dataset, load_local
 from pipeline.core.errors import CheckpointError, DataFormatError, PipelineError
 from pipeline.core.evaluation import evaluate
 from pipeline.core.text import IDFStatistics, Vocabulary, tokenize
+from pipeline.core.records import Query
 from pipeline.protocols import Fold, kfold, make_protocol
 from rerankers.training.data import RankingData, rerank_candidates
 from rerankers.training.config import TrainConfig
@@ -221,7 +222,9 @@ def test_microblog_protocol_is_leave_one_year_out(data_root):
     fold, = make_protocol(dataset, "2013", seed=42)
     training_years = set(dataset.splits["2011"] + dataset.splits["2012"] + dataset.splits["2014"])
     assert set(fold.test) == set(dataset.splits["2013"])
-    assert set(fold.train) | set(fold.dev) == training_years
+    judged = {qrel.query_id for qrel in dataset.qrels}
+    assert set(fold.train) | set(fold.dev) == training_years & judged   # topic MB076 has no judgment
+    assert training_years - judged == {"76"}
     assert len(fold.dev) == round(0.15 * len(training_years))
     assert make_protocol(dataset, "2013", seed=42)[0] == fold
 
@@ -304,7 +307,7 @@ def test_head_learning_rate_is_refused_for_a_model_without_a_pretrained_encoder(
 
 
 def test_positive_pool_keeps_the_positives_among_the_candidates():
-    from pipeline.core.records import Doc, Query, ScoredDoc
+    from pipeline.core.records import Query, Doc, Query, ScoredDoc
     from rerankers.training.loop import Trainer
 
     docs = {d: Doc(d, f"text {d}") for d in ("r1", "r2", "r3", "n1", "n2")}
@@ -662,3 +665,21 @@ def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeyp
     state.write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match=r"model\.pt\.training-state: not a readable training state"):
         resumable_fit(tiny, path)
+
+
+def test_topics_without_judgments_stay_out_of_training_and_tuning(tiny, caplog):
+    import dataclasses
+    import logging
+
+    unjudged = {"u1": Query("u1", "extra topic one"), "u2": Query("u2", "extra topic two")}
+    dataset = dataclasses.replace(tiny, queries={**tiny.queries, **unjudged},
+                                  splits={**tiny.splits, "train": [*tiny.splits["train"], "u1"],
+                                          "dev": [*tiny.splits["dev"], "u2"]})
+    with caplog.at_level(logging.INFO, logger="pipeline.protocols"):
+        fold, = make_protocol(dataset, "test", seed=1)
+    assert "u1" not in fold.train and "u2" not in fold.dev
+    assert fold.train == tiny.splits["train"] and fold.dev == tiny.splits["dev"]
+    assert "2 of" in caplog.text and "no judgments" in caplog.text
+    folds = make_protocol(dataclasses.replace(dataset, splits={}), None, seed=1, folds=3)
+    assert {"u1", "u2"} <= {q for f in folds for q in f.test}                     # still re-ranked and written
+    assert not {"u1", "u2"} & {q for f in folds for q in (*f.train, *f.dev)}
