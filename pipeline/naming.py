@@ -1,14 +1,69 @@
-"""Names of a run's files: the default run name (dataset, split, first stage, re-ranker) and the suffixes
-that keep the runs of different settings apart (``-alone``, ``-interp<W>``, ``-top<D>``, ``-int8``)."""
+"""Names of a run's files: the default run name (dataset, split, first stage, re-ranker) and the parts that
+keep the runs of different settings apart, so that one setting never overwrites another's run: the first
+stage's options when not the defaults (``-stem.none``, ``-k1.1.2-b.0.75``, ``-fb20x10w0.5``,
+``-codes.<hash>``), the training options (``-seed1``, ``-3fold``, ``-set.<hash>`` for ``--set``/``--config``),
+and ``-alone``, ``-interp<W>``, ``-top<D>``, ``-int8``. A ``run:PATH`` first stage is named after the file."""
 from __future__ import annotations
 
-from .config import RUN_NAME_CHARACTERS, RunConfig
+import hashlib
+import json
+from pathlib import Path
+
+from .config import CODE_FIRST_STAGES, RUN_NAME_CHARACTERS, RunConfig
 from .core.names import safe_name
+
+#: the options whose defaults add nothing to a name
+DEFAULTS = RunConfig.__dataclass_fields__
+
+
+def _default(name: str):
+    return DEFAULTS[name].default
+
+
+def _short_hash(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+def first_stage_label(config: RunConfig | None, first_stage: str) -> str:
+    """The first stage's part of a run name: ``run:PATH`` as ``run-<file stem>``; an index-built first stage
+    with the options that differ from the defaults."""
+    if first_stage.startswith("run:"):
+        return "run-" + safe_name(Path(first_stage[4:]).stem, keep=RUN_NAME_CHARACTERS)
+    if config is None:
+        return first_stage
+    parts = [first_stage]
+    base = first_stage.split("-")[0]
+    if base in ("bm25", "bm25+rm3"):
+        if config.stemmer != _default("stemmer"):
+            parts.append(f"stem.{config.stemmer}")
+        if config.keep_stopwords:
+            parts.append("stopwords")
+        if (config.k1, config.b) != (_default("k1"), _default("b")):
+            parts.append(f"k1.{config.k1:g}-b.{config.b:g}")
+        if base == "bm25+rm3" and (config.fb_terms, config.fb_docs, config.rm3_weight) != (
+                _default("fb_terms"), _default("fb_docs"), _default("rm3_weight")):
+            parts.append(f"fb{config.fb_terms}x{config.fb_docs}w{config.rm3_weight:g}")
+    if base in CODE_FIRST_STAGES and config.code_overrides:
+        parts.append(f"codes.{_short_hash(sorted(config.code_overrides))}")
+    return "-".join(parts)
+
+
+def training_label(config: RunConfig) -> str:
+    """The training options' part of a re-ranker run's name (empty with the defaults)."""
+    parts = []
+    if config.seed != _default("seed"):
+        parts.append(f"seed{config.seed}")
+    if config.folds != _default("folds"):
+        parts.append(f"{config.folds}fold")
+    if config.overrides or config.config_file:
+        config_text = Path(config.config_file).read_text(encoding="utf-8") if config.config_file else ""
+        parts.append(f"set.{_short_hash([list(config.overrides), config_text])}")
+    return "-".join(parts)
 
 
 def default_run_name(dataset: str, first_stage: str, reranker: str, split: str | None) -> str:
     """``<dataset>[-<split>]-<first stage>[-<reranker>]`` with file-name-safe characters."""
-    parts = [dataset, split, first_stage.replace("run:", "run-"), None if reranker == "none" else reranker]
+    parts = [dataset, split, first_stage_label(None, first_stage), None if reranker == "none" else reranker]
     return safe_name("-".join(p for p in parts if p), keep=RUN_NAME_CHARACTERS)
 
 
@@ -23,7 +78,9 @@ def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | No
     the tuned ``auto`` weight is the default and adds nothing) and ``-top<D>`` (re-ranked to depth D).
     """
     given = config.name is not None
-    name = config.name or default_run_name(dataset, first_stage, config.reranker, split)
+    name = config.name or default_run_name(dataset, first_stage_label(config, first_stage), config.reranker, split)
+    if not given and config.reranking and training_label(config):
+        name += "-" + training_label(config)
     if config.int8 and not given:
         name += "-int8"
     if not config.reranking:

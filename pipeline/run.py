@@ -48,7 +48,7 @@ from .core.records import Run
 from .core.runtime import seed_everything
 from .core.trec import write_run
 from .model_cache import trained_reranker
-from .naming import default_run_name
+from .naming import default_run_name, first_stage_label
 from .plan import plan_run
 from .stages import append_tail, head, rerank, retrieve
 
@@ -139,7 +139,9 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         runs = {plan.name: final}
         baseline = None
         if reranker is not None:
-            baseline = default_run_name(dataset.name, plan.first_stage, "none", plan.split)
+            # labelled with its depth: the first stage's own run (default k 1000) is another baseline
+            baseline = (f"{default_run_name(dataset.name, first_stage_label(config, plan.first_stage), 'none', plan.split)}"
+                        f" (top {plan.k})")
             runs = {baseline: first, **({plan.alone_name: reranked} if reranked is not None else {}), plan.name: final}
         comparison = evaluation.compare(runs, evaluated.qrels, plan.metrics, baseline)
         evaluation.save_report(comparison, config.run_dir, f"{plan.name}.eval")

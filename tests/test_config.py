@@ -319,3 +319,26 @@ def test_the_shipped_dl_and_microblog_datasets_say_they_are_pools():
     from pipeline.core.datasets import DL_RECIPE, MICROBLOG_RECIPE
 
     assert "MS MARCO" in DL_RECIPE.pooled and "QL top-1000" in MICROBLOG_RECIPE.pooled
+
+
+def test_runs_of_different_settings_never_share_a_name(tmp_path):
+    from pipeline.plan import plan_run
+
+    run_file = tmp_path / "my.first-stage.run"
+    run_file.write_text("q6 Q0 d1 1 1.0 x\n")
+
+    def name(*argv):
+        return plan_run(parse_config([*argv, "--dataset", "toy"]), toy_dataset()).name
+
+    assert name("--first-stage", "bm25") == "toy-bm25"
+    assert name("--first-stage", "bm25", "--stemmer", "none") == "toy-bm25-stem.none"
+    assert name("--first-stage", "bm25", "--k1", "1.2", "--b", "0.75") == "toy-bm25-k1.1.2-b.0.75"
+    assert name("--first-stage", "bm25+rm3", "--fb-terms", "20") == "toy-bm25+rm3-fb20x10w0.5"
+    assert name("--first-stage", "bm25", "--fb-terms", "20") == "toy-bm25"          # RM3 options: no RM3
+    assert name("--first-stage", f"run:{run_file}") == "toy-run-my.first-stage"
+    plain = name("--first-stage", "shipped", "--reranker", "knrm")
+    assert plain == "toy-shipped-knrm"
+    assert name("--first-stage", "shipped", "--reranker", "knrm", "--seed", "1") == "toy-shipped-knrm-seed1"
+    two, three = (name("--first-stage", "shipped", "--reranker", "knrm", "--set", f"epochs={e}") for e in (2, 3))
+    assert two != three and two.startswith("toy-shipped-knrm-set.")
+    assert name("--first-stage", "shipped", "--reranker", "knrm", "--name", "mine") == "mine"

@@ -519,8 +519,8 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert tuned.returncode == 0 and "loaded" in tuned.stderr and "training hcan" not in tuned.stderr
     assert "interpolation weight" in tuned.stderr
-    plain_run, = (tmp_path / "runs").glob("*hcan-alone.run")
-    tuned_run, = (tmp_path / "runs").glob("*hcan.run")
+    plain_run, = (tmp_path / "runs").glob("*hcan-set.*-alone.run")
+    tuned_run, = (tmp_path / "runs").glob("*hcan-set.??????.run")
     # three rows: the first stage, the re-ranker alone and the combination
     table_rows = [line.split("|")[1].strip() for line in tuned.stdout.splitlines() if line.startswith("|")]
     assert plain_run.stem in table_rows and tuned_run.stem in table_rows, tuned.stdout
@@ -530,7 +530,7 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                             "--output-dir", str(tmp_path / "alone")], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=300)
     assert alone.returncode == 0 and "interpolation weight" not in alone.stderr, alone.stderr[-2000:]
-    assert next((tmp_path / "alone").glob("*hcan-alone.run")).read_bytes() == plain_run.read_bytes()
+    assert next((tmp_path / "alone").glob("*hcan-set.*-alone.run")).read_bytes() == plain_run.read_bytes()
     candidates = lambda path: sorted(tuple(line.split()[:3:2]) for line in path.read_text().splitlines())
     assert candidates(plain_run) == candidates(tuned_run)
     only_first = subprocess.run([sys.executable, "-m", "pipeline.run", *common, "--interpolate", "1",
@@ -538,7 +538,7 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                                 text=True, timeout=300)
     assert only_first.returncode == 0, only_first.stderr[-2000:]
     first_order = {}
-    for line in next((tmp_path / "runs").glob("*hcan-interp1.run")).read_text().splitlines():
+    for line in next((tmp_path / "runs").glob("*hcan-set.*-interp1.run")).read_text().splitlines():
         first_order.setdefault(line.split()[0], []).append(line.split()[2])
     shipped = load_local(tiny_dir).first_stage
     assert first_order == {q: [h.doc_id for h in shipped[q]] for q in first_order}  # weight 1: first stage's order
@@ -549,7 +549,7 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
                               "--output-dir", str(tmp_path / "runs")], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=300)
     assert shallow.returncode == 0, shallow.stderr[-2000:]
-    shallow_run, = (tmp_path / "runs").glob("*hcan-top2.run")  # the combination, re-ranked to depth 2
+    shallow_run, = (tmp_path / "runs").glob("*hcan-set.??????-top2.run")  # the combination, re-ranked to depth 2
     assert candidates(shallow_run) == candidates(plain_run)
     shallow_order = {}
     for line in shallow_run.read_text().splitlines():

@@ -83,10 +83,10 @@ def test_the_readme_plugins_train_and_rerank(site, tmp_path):
                         TQDM_DISABLE="1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list(models.rglob("myranker-fold*of2-seed42-*.pt"))) == 2  # one model per fold, cached
-    alone = [line.split() for line in (runs / "words-overlap-myranker-alone.run").read_text().splitlines()]
+    alone = [line.split() for line in (runs / "words-overlap-myranker-2fold-alone.run").read_text().splitlines()]
     assert {row[0] for row in alone} == {str(n) for n in range(8)}  # every query re-ranked once (k-fold)
     assert all(row[2].endswith("-0") for row in alone if row[3] == "1")  # the two-word document first
-    assert "| words-overlap-myranker-alone | 1.0000" in result.stdout  # P@1 of the re-ranker alone
+    assert "| words-overlap-myranker-2fold-alone | 1.0000" in result.stdout  # P@1 of the re-ranker alone
     again = run_python(command, timeout=300, PYTHONPATH=f"{site}:{REPO}", PIPELINE_MODEL_DIR=models,
                        TQDM_DISABLE="1")
     assert again.returncode == 0 and again.stderr.count("loaded") == 2 and "training" not in again.stderr
