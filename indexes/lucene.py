@@ -21,7 +21,7 @@ from typing import Iterable
 
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.datasets import Dataset
-from pipeline.core.errors import CorruptCacheError, PipelineError
+from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core import filecheck
 from pipeline.core.home import index_root as home_index_root
 from pipeline.core.locks import exclusive
@@ -155,18 +155,26 @@ class BM25Retriever:
     in Anserini's order (score descending, ties by internal doc order).
     """
 
-    def __init__(self, path: Path, k1: float = 0.9, b: float = 0.4, rm3: RM3 | None = None, threads: int = 2):
-        if not is_complete(path):
-            raise PipelineError(f"{path}: not a finished index (build it with python -m pipeline.index)")
-        metadata = index_metadata(path)
-        options = LuceneOptions(**metadata["options"])
-        check_index(path, metadata.get("indexed", metadata.get("documents")))  # a damaged cache is an error, never different numbers
+    def __init__(self, path: Path, k1: float = 0.9, b: float = 0.4, rm3: RM3 | None = None, threads: int = 2,
+                 external: LuceneOptions | None = None):
+        """``path``: an index of :func:`build_index`; or, with ``external`` (the analysis it was built with),
+        any Lucene index directory (Anserini's or Pyserini's prebuilt ones), used as it is."""
+        if external is not None:
+            lucene_dir, options = external_index_dir(path), external
+        else:
+            if not is_complete(path):
+                raise PipelineError(f"{path}: not a finished index (build it with python -m pipeline.index)")
+            metadata = index_metadata(path)
+            options = LuceneOptions(**metadata["options"])
+            # a damaged cache is an error, never different numbers
+            check_index(path, metadata.get("indexed", metadata.get("documents")))
+            lucene_dir = path / "lucene"
         self.path, self.k1, self.b, self.rm3, self.threads = path, k1, b, rm3, threads
         self.name = "bm25+rm3" if rm3 else "bm25"
         analyzer = anserini_class("io.anserini.analysis.DefaultEnglishAnalyzer").fromArguments(
             options.stemmer, options.keep_stopwords, None
         )
-        self._searcher = anserini_class("io.anserini.search.SimpleSearcher")(str(path / "lucene"))
+        self._searcher = anserini_class("io.anserini.search.SimpleSearcher")(str(lucene_dir))
         self._searcher.set_analyzer(analyzer)
         self._searcher.set_bm25(float(k1), float(b))
         if rm3:
@@ -197,6 +205,28 @@ class BM25Retriever:
     def close(self) -> None:
         """Release the Lucene reader."""
         self._searcher.close()
+
+
+def external_index_dir(path: Path) -> Path:
+    """The Lucene directory of an index built outside this project: ``path`` itself when it holds a
+    ``segments_N`` file, or its ``lucene/`` folder (this project's layout); else a :class:`ConfigError`."""
+    path = Path(path)
+    for candidate in (path, path / "lucene"):
+        if candidate.is_dir() and any(p.name.startswith("segments_") for p in candidate.iterdir()):
+            return candidate
+    raise ConfigError(f"{path}: not a Lucene index (no segments_N file in it or in its lucene/ folder); build one "
+                      "with Anserini/Pyserini or python -m pipeline.index")
+
+
+def existing_index_first_stage(spec: str, settings: BM25Settings) -> BM25Retriever:
+    """``bm25:PATH`` / ``bm25+rm3:PATH``: BM25 (and RM3) over an existing Lucene index, searched as it is
+    (built by Anserini or Pyserini, e.g. a prebuilt index); queries are analysed with ``settings``' stemmer
+    and stopwords, which must be the ones the index was built with (Anserini's default: porter, stopwords
+    removed). Its document ids must be the dataset's."""
+    kind, _, location = spec.partition(":")
+    rm3 = RM3(settings.fb_terms, settings.fb_docs, settings.original_query_weight) if kind == "bm25+rm3" else None
+    options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
+    return BM25Retriever(Path(location), settings.k1, settings.b, rm3, settings.threads, external=options)
 
 
 def bm25_first_stage(dataset: Dataset, settings: BM25Settings) -> BM25Retriever:

@@ -53,6 +53,10 @@ def resolve_first_stage(spec: str, dataset: Dataset) -> str:
     return spec
 
 
+#: ``KIND:PATH`` first stages that search an existing Lucene index instead of building one
+EXISTING_INDEX_KINDS = ("bm25", "bm25+rm3")
+
+
 def check_first_stage(spec: str) -> None:
     """A :class:`ConfigError` unless ``spec`` names a first stage (no index is built, no file read)."""
     if spec == "auto" or spec in REGISTRY:
@@ -61,7 +65,14 @@ def check_first_stage(spec: str) -> None:
         if not spec[4:]:
             raise ConfigError("--first-stage run:PATH needs a path after 'run:'")
         return
-    raise ConfigError(f"unknown first stage {spec!r}; choose one of {', '.join(available())}")
+    if spec.partition(":")[0] in EXISTING_INDEX_KINDS and ":" in spec:
+        if not spec.partition(":")[2]:
+            raise ConfigError(f"--first-stage {spec}PATH needs the path of a Lucene index")
+        if not Path(spec.partition(":")[2]).is_dir():
+            raise ConfigError(f"--first-stage {spec}: no such index directory")
+        return
+    raise ConfigError(f"unknown first stage {spec!r}; choose one of {', '.join(available())}, run:PATH, "
+                      "bm25:INDEX or bm25+rm3:INDEX")
 
 
 def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None = None) -> Retriever:
@@ -72,4 +83,8 @@ def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None 
     if spec.startswith("run:"):
         path = Path(spec[4:])
         return RunRetriever(f"run:{path.name}", read_run(path, dataset.doc_store(), dataset.queries))
+    if ":" in spec and spec.partition(":")[0] in EXISTING_INDEX_KINDS:
+        from .lucene import existing_index_first_stage
+
+        return existing_index_first_stage(spec, settings)
     return REGISTRY.load(spec, available())(dataset, settings)

@@ -29,6 +29,9 @@ def first_stage_label(config: RunConfig | None, first_stage: str) -> str:
     with the options that differ from the defaults."""
     if first_stage.startswith("run:"):
         return "run-" + safe_name(Path(first_stage[4:]).stem, keep=RUN_NAME_CHARACTERS)
+    if ":" in first_stage:  # bm25:INDEX: an existing index, named after its folder
+        kind, _, location = first_stage.partition(":")
+        first_stage = f"{kind}-index.{safe_name(Path(location).name, keep=RUN_NAME_CHARACTERS)}"
     if config is None:
         return first_stage
     parts = [first_stage]

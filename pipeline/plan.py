@@ -70,7 +70,7 @@ def searches_a_pool(dataset: Dataset, first_stage: str) -> bool:
     """True (with a warning) when ``first_stage`` would index and search ``dataset``'s documents while they
     are only a pool of a larger collection (:attr:`Recipe.pooled`): its numbers are not the collection's."""
     pooled = dataset.recipe.pooled
-    if not pooled or first_stage in FIXED_RANKINGS or first_stage.startswith("run:"):
+    if not pooled or first_stage in FIXED_RANKINGS or ":" in first_stage:  # run:PATH, bm25:INDEX
         return False
     log.warning("%s holds %s: --first-stage %s searches that pool, not the collection, and its numbers are not "
                 "comparable with %s over the full collection; the run is named '-pool'", dataset.name, pooled,

@@ -336,6 +336,8 @@ def test_runs_of_different_settings_never_share_a_name(tmp_path):
     assert name("--first-stage", "bm25+rm3", "--fb-terms", "20") == "toy-bm25+rm3-fb20x10w0.5"
     assert name("--first-stage", "bm25", "--fb-terms", "20") == "toy-bm25"          # RM3 options: no RM3
     assert name("--first-stage", f"run:{run_file}") == "toy-run-my.first-stage"
+    (tmp_path / "prebuilt").mkdir()
+    assert name("--first-stage", f"bm25:{tmp_path / 'prebuilt'}") == "toy-bm25-index.prebuilt"
     plain = name("--first-stage", "shipped", "--reranker", "knrm")
     assert plain == "toy-shipped-knrm"
     assert name("--first-stage", "shipped", "--reranker", "knrm", "--seed", "1") == "toy-shipped-knrm-seed1"

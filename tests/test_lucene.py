@@ -238,3 +238,28 @@ def test_in_process_jvm_options(porter_index):
     from indexes.jvm import java_home
 
     assert os.environ["JAVA_HOME"] == java_home()
+
+
+def test_an_existing_lucene_index_is_searched_as_it_is(porter_index, tmp_path):
+    """``bm25:PATH``: a Lucene index built elsewhere (here: this project's, copied; Anserini's layout is the
+    lucene/ folder itself) gives the same ranking as the cached one, and is never rebuilt or stamped."""
+    import shutil
+
+    from pipeline.core.errors import ConfigError
+
+    dataset = tiny_dataset()
+    copy = tmp_path / "anserini-index"
+    shutil.copytree(porter_index / "lucene", copy)
+    before = sorted(p.name for p in copy.iterdir())
+    cached = make_first_stage("bm25", dataset, BM25Settings(index_root=porter_index.parent)).search(
+        dataset.queries.values(), 5)
+    for spec in (f"bm25:{copy}", f"bm25:{porter_index}"):
+        assert make_first_stage(spec, dataset).search(dataset.queries.values(), 5) == cached
+    rm3 = make_first_stage(f"bm25+rm3:{copy}", dataset).search(dataset.queries.values(), 5)
+    assert set(rm3) == set(cached)
+    assert sorted(p.name for p in copy.iterdir()) == before
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="not a Lucene index"):
+        make_first_stage(f"bm25:{tmp_path / 'empty'}", dataset)
+    with pytest.raises(ConfigError, match="no such index directory"):
+        make_first_stage(f"bm25:{tmp_path / 'missing'}", dataset)
