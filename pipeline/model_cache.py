@@ -114,6 +114,12 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True) 
     saved where the cache will find it."""
     cls = reranker_class(plan.reranker)
     candidates: Run | None = None
+    missing = [fold.name for fold in plan.folds
+               if plan.retrain or cached_checkpoint(checkpoint_path(dataset, plan.reranker, plan.options, fold,
+                                                                    plan.seed, plan.first_stage, plan.k)) is None]
+    if missing:
+        log.info("%s: %d of %d folds to train (%s); each logs its examples per epoch and a time estimate after "
+                 "its first batches", plan.reranker, len(missing), len(plan.folds), ", ".join(missing))
     for fold in plan.folds:
         path = checkpoint_path(dataset, plan.reranker, plan.options, fold, plan.seed, plan.first_stage, plan.k)
         cached = None if plan.retrain else cached_checkpoint(path)

@@ -683,3 +683,16 @@ def test_topics_without_judgments_stay_out_of_training_and_tuning(tiny, caplog):
     folds = make_protocol(dataclasses.replace(dataset, splits={}), None, seed=1, folds=3)
     assert {"u1", "u2"} <= {q for f in folds for q in f.test}                     # still re-ranked and written
     assert not {"u1", "u2"} & {q for f in folds for q in (*f.train, *f.dev)}
+
+
+def test_training_says_what_it_will_cost_after_a_few_batches(tiny, caplog):
+    import logging
+
+    from rerankers.training.loop import ESTIMATE_AFTER
+
+    with caplog.at_level(logging.INFO, logger="rerankers.training"):
+        _, report, _ = train_tiny(tiny, epochs=1, batch_size=4)
+    units = report.epochs[0].examples
+    assert f"hcan: {units} training units per epoch (each a relevant document with" in caplog.text
+    assert units > 4 * ESTIMATE_AFTER  # enough batches for the estimate
+    assert f"s per batch over the first {ESTIMATE_AFTER}: about" in caplog.text and "min per epoch" in caplog.text

@@ -33,6 +33,8 @@ from .data import RankingData, rerank_candidates
 from .optim import learning_rate_factor, parameter_groups
 
 TRAINING_STATE_KIND = "training-state"
+#: batches timed before the training time is estimated (a warm-up measured on the real training)
+ESTIMATE_AFTER = 5
 log = logging.getLogger("rerankers.training")
 
 
@@ -196,8 +198,18 @@ class Trainer:
                 # every epoch has as many units (hence batches) as the first: the run's length is known here
                 total_steps = len(batches) * config.epochs
                 scheduler = self.make_scheduler(optimizer, total_steps)
+            if epoch == done + 1:
+                log.info("%s: %d training units per epoch (each a relevant document with %d negatives) in %d "
+                         "batches, up to %d epochs", self.reranker.name, len(units), config.negatives,
+                         len(batches), config.epochs - done)
             bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", unit="batch", leave=False)
-            for batch_units in bar:
+            for number, batch_units in enumerate(bar, 1):
+                if epoch == done + 1 and number == ESTIMATE_AFTER + 1:
+                    per_batch = (time.perf_counter() - started) / ESTIMATE_AFTER
+                    log.info("%s: %.2f s per batch over the first %d: about %.1f min per epoch, %.1f min for up "
+                             "to %d epochs (dev evaluation not included)", self.reranker.name, per_batch,
+                             ESTIMATE_AFTER, per_batch * len(batches) / 60,
+                             per_batch * len(batches) * (config.epochs - done) / 60, config.epochs - done)
                 pairs = [(query, doc) for query, docs, _ in batch_units for doc in docs]
                 batch = self.reranker.encode(pairs)
                 with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
