@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 from indexes import make_first_stage
 from rerankers import reranker_class
+from rerankers.checkpoints import project_version
 
 from .cli_options import OptionParser
 from .config import RunConfig
@@ -60,7 +61,6 @@ from .resolve import RERANK_DEPTH
 
 log = logging.getLogger("pipeline.serve")
 
-DISTRIBUTION = "neural-rerank-pipeline"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_MAX_BATCH = 32
@@ -70,21 +70,8 @@ DEFAULT_MAX_DOCS = 1000
 MAX_BODY_BYTES = 32 * 1024 * 1024
 #: seconds a connection may stall mid-request before its thread gives up on it (bounds the shutdown wait)
 SOCKET_TIMEOUT_S = 10.0
-#: word-level models keep every document's tokens in an unbounded dict (``WordReranker._doc_cache``); a
-#: service sees new documents forever, so the batcher empties it when it grows past this many documents
-DOC_TOKEN_CACHE_LIMIT = 100_000
 
 KEPT_ON_INTERRUPT = "service stopped after answering the requests in flight; nothing to resume"
-
-
-def project_version() -> str:
-    """The installed project's version (package metadata), or ``unknown`` from a never-installed tree."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 # ------------------------------------------------------------------------------------ the served model
@@ -182,18 +169,6 @@ class _Job:
 
 
 _STOP = object()
-
-
-def forget_document_tokens(reranker: Any, limit: int = DOC_TOKEN_CACHE_LIMIT) -> None:
-    """Empty a word-level model's per-document token cache once it holds more than ``limit`` documents.
-
-    ``WordReranker`` tokenizes each document once and keeps the tokens by document id for good, which suits
-    a run over one collection; a long-lived service sees new documents without end. The cache is only a
-    speed-up (tokens are recomputed when missing), so emptying it changes no score.
-    """
-    cache = getattr(reranker, "_doc_cache", None)
-    if isinstance(cache, dict) and len(cache) > limit:
-        cache.clear()
 
 
 class ScoringBatcher:
@@ -303,7 +278,6 @@ class ScoringBatcher:
         self.batches += 1
         self.requests += len(items)
         self.largest_batch = max(self.largest_batch, len(items))
-        forget_document_tokens(self.reranker)
         return [[float(value) for value in values] for values in scores]
 
 

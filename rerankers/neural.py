@@ -26,8 +26,12 @@ from pipeline.core.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokeni
 
 from .checkpoints import load_checkpoint, project_version, save_checkpoint
 from .embeddings import load_embeddings
+from .lru import LRUCache
 from .training.config import TrainConfig
 from .training.loop import Trainer
+
+#: documents whose tokens a word-level re-ranker keeps (a collection of abstracts fits; MS MARCO does not)
+DOC_TOKEN_CACHE = 200_000
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +151,8 @@ class WordReranker(TorchReranker):
         self.module = None
         self.device = None
         self.embedding_shape: tuple[int, int] | None = None
-        self._doc_cache: dict[str, list[str]] = {}
+        # keyed by id and text: a client of pipeline.serve may send another text under a known id
+        self._doc_cache = LRUCache(DOC_TOKEN_CACHE)
         self._threads_set = False
 
     # -- construction ------------------------------------------------------------------------------
@@ -187,10 +192,11 @@ class WordReranker(TorchReranker):
 
     # -- tensors -----------------------------------------------------------------------------------
     def _tokens(self, doc: Doc) -> list[str]:
-        cached = self._doc_cache.get(doc.doc_id)
+        key = (doc.doc_id, doc.text)
+        cached = self._doc_cache.get(key)
         if cached is None:
             cached = tokenize(doc.text)
-            self._doc_cache[doc.doc_id] = cached
+            self._doc_cache.put(key, cached)
         return cached
 
     def pair_length(self, query: Query, doc: Doc) -> int:

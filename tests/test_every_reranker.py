@@ -79,3 +79,15 @@ def test_every_registered_reranker_keeps_the_contract(name, dataset, items, tiny
     again = build(name, dataset, tiny_encoder)
     for (query, docs), want in zip(items, per_query):
         assert again.score(query, docs) == want
+
+
+def test_a_word_level_model_scores_the_text_it_is_given_not_the_text_it_saw_under_that_id(dataset, items):
+    """Tokens are cached by id and text (bounded): a service's client may send another text under a known id."""
+    from pipeline.core.records import Doc
+
+    reranker = build("knrm", dataset, "")
+    query, docs = items[0]
+    original = docs[0]
+    other = Doc(original.doc_id, docs[-1].text if docs[-1].text != original.text else original.text + " extra")
+    assert reranker.score(query, [original]) != reranker.score(query, [other])
+    assert reranker.score(query, [other]) == reranker.score(query, [Doc("fresh-id", other.text)])
