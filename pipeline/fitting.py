@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from rerankers.training import distributed
 from rerankers import reranker_class
 from rerankers.training.data import RankingData
 
@@ -44,6 +45,7 @@ def train_fold(name: str, dataset: Dataset, fold: Fold, candidates: Run, options
         reranker.prepare(train, dataset)
     # the training state sits beside the checkpoint, so a killed training resumes from its last epoch
     report = reranker.fit(train, dev, state_path=training_state_path(path) if path is not None else None)
-    if path is not None:
+    if path is not None and distributed.is_main():  # under torchrun every rank holds the same weights
         reranker.save(path)
+    distributed.barrier()
     return reranker, report

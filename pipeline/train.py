@@ -17,6 +17,8 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from rerankers.training import distributed
+
 from .config import RunConfig
 from .core.datasets import load_dataset
 from .core.logs import configure_logging
@@ -50,7 +52,8 @@ def train(config: RunConfig) -> list[FoldModel]:
     set_threads(config.threads)
     models = []
     for model in fold_models(plan, dataset, load_cached=False):
-        print(fold_line(model), flush=True)
+        if distributed.is_main():
+            print(fold_line(model), flush=True)
         models.append(model)
     return models
 
@@ -63,10 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                           exclude=RUN_ONLY)
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
-            train(parse_config(argv, parser))
+            config = parse_config(argv, parser)
+            # under torchrun: data-parallel training, each rank a share of every batch (rerankers/training/distributed.py)
+            distributed.init_from_environment()
+            train(config)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        distributed.shutdown()
     return 0
 
 

@@ -28,6 +28,7 @@ from pipeline.core.records import Doc, Query
 from pipeline.core.runtime import resolve_device, seed_everything, set_threads
 
 from ..checkpoints import load_checkpoint, save_checkpoint
+from . import distributed
 from .config import TrainConfig
 from .data import RankingData, rerank_candidates
 from .optim import learning_rate_factor, parameter_groups
@@ -181,7 +182,7 @@ class Trainer:
             log.info("%s: resuming after epoch %d/%d from %s", self.reranker.name, done, config.epochs, state_path)
         elif config.dev_at_start and dev is not None and dev.queries:
             # epoch 0: the weights training starts from compete with every epoch for the dev metric
-            best_score = self.evaluate(dev)
+            best_score = distributed.broadcast(self.evaluate(dev) if distributed.is_main() else None)
             best_state = copy.deepcopy(module.state_dict())
             report.best_epoch, report.best_dev_score = 0, best_score
             log.info("%s before training: dev %s %.4f", self.reranker.name, config.dev_metric, best_score)
@@ -210,23 +211,28 @@ class Trainer:
                              "to %d epochs (dev evaluation not included)", self.reranker.name, per_batch,
                              ESTIMATE_AFTER, per_batch * len(batches) / 60,
                              per_batch * len(batches) * (config.epochs - done) / 60, config.epochs - done)
-                pairs = [(query, doc) for query, docs, _ in batch_units for doc in docs]
+                # under torchrun, this rank's share of the batch; its loss weighted so the ranks' sum is the batch's
+                mine, weight = distributed.share(batch_units)
+                pairs = [(query, doc) for query, docs, _ in mine for doc in docs]
                 batch = self.reranker.encode(pairs)
                 with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
                     scores = self.reranker.forward(batch)
-                loss = self.loss(scores.float(), batch_units)
+                loss = self.loss(scores.float(), mine) * weight
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                batch_loss = distributed.sum_gradients(parameters, loss)
                 if config.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
                 optimizer.step()
                 last_learning_rate = optimizer.param_groups[0]["lr"]
                 if scheduler is not None:
                     scheduler.step()
-                total += float(loss.detach()) * len(batch_units)
+                total += batch_loss * len(batch_units)
                 count += len(batch_units)
                 bar.set_postfix(loss=f"{total / count:.4f}")
-            dev_score = self.evaluate(dev) if dev is not None and dev.queries else None
+            dev_score = None
+            if dev is not None and dev.queries:  # rank 0 evaluates and decides for every rank
+                dev_score = distributed.broadcast(self.evaluate(dev) if distributed.is_main() else None)
             entry = EpochLog(epoch, total / max(1, count), dev_score, time.perf_counter() - started, count,
                              last_learning_rate)
             report.epochs.append(entry)
@@ -244,7 +250,7 @@ class Trainer:
             if dev_score is not None and stale >= config.patience:
                 report.stopped_early = True
                 break
-            if state_path is not None and epoch < config.epochs:
+            if state_path is not None and epoch < config.epochs and distributed.is_main():
                 self.save_state(state_path, {
                     "epoch": epoch, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict() if scheduler is not None else None,
@@ -253,8 +259,9 @@ class Trainer:
         if best_state is not None:
             module.load_state_dict(best_state)
         module.eval()
-        if state_path is not None:
+        if state_path is not None and distributed.is_main():
             state_path.unlink(missing_ok=True)
+        distributed.barrier()
         return report
 
     # -- resuming --------------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""Data-parallel training under torchrun (rerankers/training/distributed.py), with 2 CPU processes (gloo):
+the same global batch gives the same losses and final weights as one process, within float rounding (the
+two shares are padded and summed separately); rank 0 alone writes the checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_framework import TOPICS, write_pairs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: float32 sums in another order (two shares, then all_reduce) move weights by about 1e-7 per step
+TOLERANCE = 1e-5
+
+TRAIN = """
+import sys, torch
+from pipeline.core.datasets import load_local
+from rerankers.training import distributed
+from tests.test_framework import train_tiny
+
+distributed.init_from_environment()
+torch.set_num_threads(1)
+reranker, report, _ = train_tiny(load_local(sys.argv[1]), epochs=3, batch_size=8, dropout=0.0)
+if distributed.is_main():
+    torch.save({"state": reranker.module.state_dict(), "losses": [e.loss for e in report.epochs],
+                "dev": [e.dev_score for e in report.epochs], "world": distributed.world_size()}, sys.argv[2])
+distributed.shutdown()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(args, tmp_path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pairs")
+    write_pairs(root / "train", 1, TOPICS[:8])
+    write_pairs(root / "dev", 2, TOPICS[8:10])
+    write_pairs(root / "test", 3, TOPICS[10:])
+    return root
+
+
+def test_two_processes_train_the_weights_one_process_trains(pairs, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    single = run([str(script), str(pairs), str(tmp_path / "one.pt")], tmp_path)
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+                  str(script), str(pairs), str(tmp_path / "two.pt")], tmp_path)
+    assert double.returncode == 0, double.stderr[-3000:]
+    one, two = (torch.load(tmp_path / name, weights_only=True) for name in ("one.pt", "two.pt"))
+    assert (one["world"], two["world"]) == (1, 2)
+    torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), atol=TOLERANCE, rtol=0)
+    assert two["dev"] == pytest.approx(one["dev"], abs=1e-4)  # rank 0's evaluation, decided once
+    for name, weights in one["state"].items():
+        torch.testing.assert_close(two["state"][name], weights, atol=TOLERANCE, rtol=0)
+    assert not torch.equal(one["state"][name], torch.zeros_like(weights))
+
+
+def test_pipeline_train_under_torchrun_writes_one_checkpoint_that_pipeline_run_loads(pairs, tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    common = ["--dataset", str(pairs), "--reranker", "hcan", "--threads", "1", "--set", "embeddings=random",
+              "--set", "embedding_dim=16", "--set", "num_filters=16", "--set", "hidden_dim=16", "--set",
+              "num_layers=2", "--set", "query_slots=8", "--set", "epochs=2", "--set", "dropout=0.0"]
+    monkeypatch.setenv("PIPELINE_MODEL_DIR", str(models))
+    trained = run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+                   "-m", "pipeline.train", *common], tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert trained.stdout.count("test: ") == 1  # rank 0 reports
+    assert len(list(models.rglob("hcan-*.pt"))) == 1 and not list(models.rglob("*.training-state"))
+    ran = run(["-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "runs")], tmp_path)
+    assert ran.returncode == 0 and "training hcan" not in ran.stderr, ran.stderr[-3000:]
