@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rerankers.training import distributed
+
 from . import fusion
 from .cli_options import OptionParser, add_config_arguments
 from .config import RunConfig
@@ -129,9 +131,11 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         final = append_tail(final, first)
         if reranked is not None:
             reranked = append_tail(reranked, first)
-    if reranked is not None:
-        write_run(config.run_dir / f"{plan.alone_name}.run", reranked, tag=plan.alone_name[:60])
-    run_path = write_run(config.run_dir / f"{plan.name}.run", final, tag=plan.name[:60])
+    run_path = config.run_dir / f"{plan.name}.run"
+    if distributed.is_main():  # under torchrun every rank holds the merged run; rank 0 writes it
+        if reranked is not None:
+            write_run(config.run_dir / f"{plan.alone_name}.run", reranked, tag=plan.alone_name[:60])
+        run_path = write_run(run_path, final, tag=plan.name[:60])
 
     comparison = None
     evaluated = dataset.subset([q.query_id for q in plan.queries])
@@ -144,7 +148,8 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
                         f" (top {plan.k})")
             runs = {baseline: first, **({plan.alone_name: reranked} if reranked is not None else {}), plan.name: final}
         comparison = evaluation.compare(runs, evaluated.qrels, plan.metrics, baseline)
-        evaluation.save_report(comparison, config.run_dir, f"{plan.name}.eval")
+        if distributed.is_main():
+            evaluation.save_report(comparison, config.run_dir, f"{plan.name}.eval")
     return PipelineResult(run_path, final, comparison, timings, reranked)
 
 
@@ -169,7 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
-            result = run_pipeline(parse_config(argv))
+            config = parse_config(argv)
+            # under torchrun: training data-parallel, scoring dealt to the ranks, rank 0 writes and reports
+            distributed.init_from_environment()
+            result = run_pipeline(config)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -178,9 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot write{where}: {error.strerror or error}; no partial run or cache entry was kept",
               file=sys.stderr)
         return 1
-    print(f"run: {result.run_path}")
-    if result.comparison is not None:
-        print(result.comparison.markdown())
+    finally:
+        distributed.shutdown()
+    if distributed.rank_from_environment() == 0:
+        print(f"run: {result.run_path}")
+        if result.comparison is not None:
+            print(result.comparison.markdown())
     return 0
 
 

@@ -10,6 +10,8 @@ from tqdm.auto import tqdm
 
 from indexes import make_first_stage
 
+from rerankers.training import distributed
+
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Query, Run, ScoredDoc
@@ -62,8 +64,11 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
         chunks[-1].append(query_id)
         pairs += len(hits)
     result: Run = {}
-    with tqdm(total=len(first), desc=f"re-ranking with {reranker.name}", unit="query") as bar:
-        for chunk in filter(None, chunks):
+    # under torchrun, chunk i is scored by rank i % world: each chunk exactly as one process scores it
+    chunks = [chunk for chunk in chunks if chunk]
+    mine = chunks[distributed.rank()::distributed.world_size()]
+    with tqdm(total=sum(map(len, mine)), desc=f"re-ranking with {reranker.name}", unit="query") as bar:
+        for chunk in mine:
             items = [(dataset.queries[q], [store[h.doc_id] for h in first[q]]) for q in chunk]
             if score_many is None:
                 scored = [reranker.score(query, docs) for query, docs in items]
@@ -80,6 +85,9 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
                                         f"{query_id!r}; its weights are damaged or diverged (retrain with --retrain)")
                 result[query_id] = [ScoredDoc(query_id, h.doc_id, v) for h, v in zip(hits, values)]
             bar.update(len(chunk))
+    if distributed.is_distributed():
+        scored = {q: hits for part in distributed.gather_to_all(result) for q, hits in part.items()}
+        result = {q: scored[q] for chunk in chunks for q in chunk}  # the first stage's query order
     return result
 
 

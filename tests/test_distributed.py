@@ -87,3 +87,28 @@ def test_pipeline_train_under_torchrun_writes_one_checkpoint_that_pipeline_run_l
     assert len(list(models.rglob("hcan-*.pt"))) == 1 and not list(models.rglob("*.training-state"))
     ran = run(["-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "runs")], tmp_path)
     assert ran.returncode == 0 and "training hcan" not in ran.stderr, ran.stderr[-3000:]
+
+
+def test_scoring_under_torchrun_writes_the_run_one_process_writes_byte_for_byte(tmp_path, monkeypatch):
+    from pipeline.stages import RERANK_CHUNK_PAIRS
+
+    many = [f"word{i} term{i % 37}" for i in range(RERANK_CHUNK_PAIRS // 8 + 200)]  # two chunks: one per rank
+    pairs = tmp_path / "many"
+    write_pairs(pairs / "train", 1, TOPICS[:8])
+    write_pairs(pairs / "dev", 2, TOPICS[8:12])
+    write_pairs(pairs / "test", 3, many)
+    monkeypatch.setenv("PIPELINE_MODEL_DIR", str(tmp_path / "models"))
+    common = ["--dataset", str(pairs), "--reranker", "hcan", "--threads", "1", "--set", "embeddings=random",
+              "--set", "embedding_dim=16", "--set", "num_filters=16", "--set", "hidden_dim=16", "--set",
+              "num_layers=2", "--set", "query_slots=8", "--set", "epochs=1", "--set", "dropout=0.0",
+              "--batch-size", "4"]
+    one = run(["-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "one")], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+               "-m", "pipeline.run", *common, "--output-dir", str(tmp_path / "two")], tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.stdout.count("run: ") == 1                               # rank 0 reports
+    runs = sorted(p.name for p in (tmp_path / "one").glob("*.run"))
+    assert runs and runs == sorted(p.name for p in (tmp_path / "two").glob("*.run"))   # alone and combined
+    for name in runs:
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()

@@ -7,7 +7,9 @@ batch's mean loss, the gradient one process would compute. The optimizer then ta
 rank, so the weights stay equal without being sent. This is what ``DistributedDataParallel`` does; its
 wrapper is not used because the re-rankers' ``forward`` reads attributes of their module that the wrapper
 would hide. Dev evaluation, early stopping, checkpoints and training states are rank 0's; its decisions
-are broadcast. Backend: NCCL with GPUs, gloo on CPU.
+are broadcast. Scoring (``pipeline.stages.rerank``) deals the chunks of queries to the ranks and gathers
+their scores, each chunk scored as one process would score it, so the run file is byte-identical.
+Backend: NCCL with GPUs, gloo on CPU.
 """
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ def world_size() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if is_distributed() else 1
+
+
+def rank_from_environment() -> int:
+    """The rank ``torchrun`` gave this process (``RANK``), readable after the process group is gone."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def is_main() -> bool:
@@ -105,6 +112,17 @@ def broadcast(value: Any) -> Any:
     holder = [value]
     dist.broadcast_object_list(holder, src=0)
     return holder[0]
+
+
+def gather_to_all(value: Any) -> list:
+    """Every rank's ``value``, in rank order, on every rank (``[value]`` outside a process group)."""
+    import torch.distributed as dist
+
+    if not is_distributed():
+        return [value]
+    gathered = [None] * world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
 
 
 def barrier() -> None:
