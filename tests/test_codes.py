@@ -887,3 +887,26 @@ def test_lsh_draws_benchmark_reproduces_the_centred_index(tiny_encoder, dataset,
                                     lsh_draws.hyperplanes("orthogonal", 64, 16, 7), 10)
     assert not retriever.model.centred
     assert all([h.doc_id for h in plain[qid]] == [h.doc_id for h in hits] for qid, hits in expected.items())
+
+
+@pytest.mark.parametrize("kind", ["codes", "colbert"])
+def test_an_ivf_index_probing_every_list_finds_what_the_flat_index_finds(built, tiny_encoder, dataset, tmp_path, kind):
+    from indexes.codes import ivf
+
+    options = small_options(tiny_encoder, kind=kind, index_type="ivf", ivf_nlist=4, ivf_nprobe=4)
+    path = build_code_index(dataset, options, tmp_path)
+    meta = index_metadata(path)
+    assert meta["ivf_lists"] == 4 and ivf.VECTORS_FILE in meta["files"]
+    queries = list(dataset.queries.values())
+    flat = CodeRetriever(built[kind]).search(queries, 5)
+    probed_all = CodeRetriever(path, nprobe=4)
+    assert isinstance(probed_all.vectors, np.memmap)                     # read from disk, not loaded
+    assert np.array_equal(np.asarray(probed_all.vectors), CodeRetriever(built[kind]).vectors)
+    for query_id, hits in flat.items():
+        got = probed_all.search([dataset.queries[query_id]], 5)[query_id]
+        assert [h.doc_id for h in got] == [h.doc_id for h in hits]
+        assert [h.score for h in got] == pytest.approx([h.score for h in hits], abs=1e-5)
+    one_list = CodeRetriever(path, nprobe=1).search(queries, 5)           # fewer candidates, still a ranking
+    assert set(one_list) == set(flat) and all(len(h) <= 5 for h in one_list.values())
+    assert index_path(dataset, options, resolve_training(dataset), tmp_path) != index_path(
+        dataset, small_options(tiny_encoder, kind=kind), resolve_training(dataset), tmp_path)

@@ -57,6 +57,7 @@ The package, one job per module (each imports only the ones listed before it):
 * :mod:`.training`: training queries and negatives, the contrastive loss and loop;
 * :mod:`.hashing`: the ``lsh`` recipe (hyperplanes, centring, draws);
 * :mod:`.encoders`: encoder checkpoints and their cache;
+* :mod:`.ivf`: the inverted-file index for large collections (built from shards, memory-mapped);
 * :mod:`.build`: encoding documents into shards and assembling (and verifying) the faiss index;
 * :mod:`.search`: :class:`CodeRetriever` and the ``codes`` / ``colbert`` first-stage factories.
 """
@@ -86,7 +87,7 @@ EXPORTS = {
     "build_code_index": "build", "verify_code_index": "build", "VERIFIED_FILES": "build", "VERIFIED_STAMP": "build",
     "CodeRetriever": "search", "codes_first_stage": "search", "colbert_first_stage": "search",
 }
-SUBMODULES = ("options", "model", "training", "hashing", "encoders", "build", "search")
+SUBMODULES = ("options", "model", "training", "hashing", "encoders", "ivf", "build", "search")
 __all__ = sorted(EXPORTS)
 
 

@@ -23,6 +23,7 @@ from pipeline.core import filecheck
 from pipeline.core.filecheck import check, damaged, describe, file_sha256
 from pipeline.core.locks import exclusive
 
+from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint, obtain_encoder, save_encoder
 from .hashing import center_sample, centring_summary, recentre
 from .model import _autocast, _set_threads, pack_codes, tokenize
@@ -229,21 +230,28 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
 
     with atomic_directory(path) as temp:
         doc_ids, lengths, parts = [], [], []
+        ivf = options.index_type == "ivf"
         for shard in shard_files:
             with np.load(shard, allow_pickle=False) as stored:
                 doc_ids.extend(stored["doc_ids"].tolist())
                 lengths.append(stored["lengths"])
-                parts.append(stored["vectors"])
+                if not ivf:  # an IVF index is assembled shard by shard, never all vectors in memory
+                    parts.append(stored["vectors"])
         lengths = np.concatenate(lengths)
-        vectors = np.ascontiguousarray(np.concatenate(parts))
-        if len(vectors) == 0:
+        vector_count = int(lengths.sum())
+        if vector_count == 0:
             raise PipelineError(f"dataset {dataset.name!r}: no document has a token to index")
-        index = _new_faiss_index(options)
-        index.add(vectors)
-        if options.binary:
-            faiss.write_index_binary(index, str(temp / FAISS_FILE))
+        lists = None
+        if ivf:
+            per_shard = [int(np.load(shard, allow_pickle=False)["lengths"].sum()) for shard in shard_files]
+            lists = ivf_index.assemble(shard_files, per_shard, options, temp, FAISS_FILE, seed=options.seed)
         else:
-            faiss.write_index(index, str(temp / FAISS_FILE))
+            index = _new_faiss_index(options)
+            index.add(np.ascontiguousarray(np.concatenate(parts)))
+            if options.binary:
+                faiss.write_index_binary(index, str(temp / FAISS_FILE))
+            else:
+                faiss.write_index(index, str(temp / FAISS_FILE))
         np.save(temp / TOKEN_DOCS_FILE, np.repeat(np.arange(len(doc_ids), dtype=np.int32), lengths))
         with atomic_write(temp / DOC_IDS_FILE) as handle:
             json.dump(doc_ids, handle)
@@ -260,15 +268,16 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
                 "dataset": source.dataset.name, "description": source.description,
                 "fingerprint": source.dataset.fingerprint, "queries": len(source.query_ids),
                 "report": encoder_meta.get("training")},
-            "documents": len(doc_ids), "vectors": int(len(vectors)), "index_bytes": (temp / FAISS_FILE).stat().st_size,
-            "files": describe(temp, VERIFIED_FILES),
+            "documents": len(doc_ids), "vectors": vector_count, "index_bytes": (temp / FAISS_FILE).stat().st_size,
+            "files": describe(temp, VERIFIED_FILES + ((ivf_index.VECTORS_FILE,) if ivf else ())),
+            **({"ivf_lists": lists} if ivf else {}),
             "seconds": round(time.perf_counter() - started, 2),
             **({"hash_center": centring} if centring is not None else {}),
         }
         with atomic_write(temp / META_FILE) as handle:
             json.dump(meta, handle, indent=1)
     shutil.rmtree(shards, ignore_errors=True)
-    log.info("built %s: %d documents, %d vectors", path, len(doc_ids), len(vectors))
+    log.info("built %s: %d documents, %d vectors", path, len(doc_ids), vector_count)
     return path
 
 

@@ -23,7 +23,7 @@ def code_option(default, help: str, cli: bool = True, compare: bool = True):
     return field(default=default, compare=compare, metadata={"help": help, "group": "codes / colbert", "cli": cli})
 
 KINDS = ("codes", "colbert")
-INDEX_TYPES = ("flat", "hnsw")
+INDEX_TYPES = ("flat", "hnsw", "ivf")
 HASH_HEADS = ("mlp", "lsh")
 META_FILE = "code-index.json"
 FAISS_FILE = "faiss.index"
@@ -82,10 +82,14 @@ class CodeOptions:
     hash_center: bool = code_option(False, "lsh: hash v - mu (mu: mean token vector of the indexed documents)")
     temperature: float = code_option(0.1, "softmax temperature on the MaxSim scores")
     seed: int = code_option(42, "training seed (and of the lsh hyperplanes unless hash_seed)")
-    index_type: str = code_option("flat", "flat | hnsw")
+    index_type: str = code_option("flat", "flat | hnsw | ivf (inverted lists, memory-mapped: large collections)")
     hnsw_m: int = code_option(32, "hnsw: neighbours per graph node")
+    ivf_nlist: int = code_option(0, "ivf: inverted lists (default 0: 4 x sqrt(token vectors))")
     # not part of the cache key
     k_prime: int = code_option(256, "neighbours per query token at search time", compare=False)
+    ivf_nprobe: int = code_option(16, "ivf: lists visited per query token at search time", compare=False)
+    mmap: bool = code_option(True, "ivf: search the index and its vectors memory-mapped from disk", cli=False,
+                             compare=False)
     shard_size: int = code_option(1024, "documents per resumable shard", compare=False)
     encode_batch_size: int = code_option(32, "documents per encoding batch", compare=False)
     device: str = code_option("auto", "auto | cpu | cuda", compare=False)
@@ -121,7 +125,9 @@ class CodeOptions:
         for name in ("steps", "hard_negatives"):
             if getattr(self, name) < 0:
                 raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch_size", "max_query_length", "max_doc_length", "k_prime", "shard_size",
+        if self.ivf_nlist < 0:
+            raise PipelineError(f"ivf_nlist must be >= 0 (0: automatic), got {self.ivf_nlist}")
+        for name in ("batch_size", "max_query_length", "max_doc_length", "k_prime", "shard_size", "ivf_nprobe",
                      "encode_batch_size", "negative_depth", "hnsw_m"):
             if getattr(self, name) <= 0:
                 raise PipelineError(f"{name} must be positive, got {getattr(self, name)}")
@@ -137,7 +143,8 @@ class CodeOptions:
         names = ("kind", "encoder", "dim", "steps", "batch_size", "learning_rate", "head_learning_rate",
                  "max_query_length", "max_doc_length", "hard_negatives", "negative_depth", "alpha",
                  "quantization_weight", "temperature", "seed")
-        return {**{PERSISTED_NAMES.get(name, name): getattr(self, name) for name in names}, **self._later_fields()}
+        later = {k: v for k, v in self._later_fields().items() if k != "ivf_nlist"}  # the index's, not the encoder's
+        return {**{PERSISTED_NAMES.get(name, name): getattr(self, name) for name in names}, **later}
 
     def key_fields(self) -> dict:
         """Everything in the cache key of an index (besides the dataset and the training data)."""
@@ -160,9 +167,11 @@ class CodeOptions:
         # options added after the first indexes were built are in the keys only where they change training
         # (binary codes, not at their defaults), so that the keys of encoders and indexes built before them
         # stay the same
+        fields = {"ivf_nlist": self.ivf_nlist} if self.index_type == "ivf" else {}
         if not self.binary:
-            return {}
-        fields = {"straight_through": True} if self.straight_through else {}
+            return fields
+        if self.straight_through:
+            fields["straight_through"] = True
         if self.hash_head != "mlp":
             fields.update(hash_head=self.hash_head, float_dim=self.float_dim, hash_steps=self.hash_steps)
             if self.hash_seed is not None and self.hash_seed != self.seed:  # the same draw, the same key
@@ -178,5 +187,6 @@ class CodeOptions:
 PERSISTED_NAMES = {"max_query_length": "query_max_length", "max_doc_length": "doc_max_length"}
 
 #: CodeOptions fields that enter the cache keys only when they matter (see ``CodeOptions._later_fields``).
-LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws", "hash_center")
+LATER_FIELDS = ("straight_through", "hash_head", "float_dim", "hash_steps", "hash_seed", "hash_draws", "hash_center",
+                "ivf_nlist")
 

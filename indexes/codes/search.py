@@ -21,6 +21,7 @@ from pipeline.core.records import Query, Run, ScoredDoc
 from ..base import BM25Settings
 
 from .build import build_code_index, find_code_index, index_metadata, index_size_bytes, is_complete, verify_code_index
+from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint
 from .model import _autocast, _set_threads, pack_codes, tokenize, unpack_codes
 from .options import CodeOptions, DOC_IDS_FILE, ENCODER_FILE, FAISS_FILE, GPU_MAX_K, TOKEN_DOCS_FILE
@@ -73,7 +74,7 @@ class CodeRetriever:
     """
 
     def __init__(self, path: Path, k_prime: int = 256, batch_size: int = 32, device: str = "auto",
-                 threads: int | None = None, gpu: bool = True):
+                 threads: int | None = None, gpu: bool = True, nprobe: int = 16, mmap: bool = True):
         import faiss
 
         from pipeline.core.runtime import resolve_device
@@ -98,11 +99,15 @@ class CodeRetriever:
         lengths = np.bincount(self.token_docs, minlength=len(self.doc_ids))
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self.index_bytes = index_size_bytes(path)
-        reader = faiss.read_index_binary if self.binary else faiss.read_index
-        self._cpu_index = reader(str(path / FAISS_FILE))
-        width = self.dim // 8 if self.binary else self.dim
-        self.vectors = _stored_vectors(self._cpu_index, self.binary, int(self._cpu_index.ntotal), width)
-        self.index = _gpu_index(self._cpu_index, self.binary) if gpu else self._cpu_index
+        if self.meta["options"].get("index_type") == "ivf":
+            self._cpu_index, self.vectors = ivf_index.open_index(path, FAISS_FILE, self.binary, nprobe, mmap)
+            self.index = self._cpu_index  # memory-mapped lists stay on the CPU
+        else:
+            reader = faiss.read_index_binary if self.binary else faiss.read_index
+            self._cpu_index = reader(str(path / FAISS_FILE))
+            width = self.dim // 8 if self.binary else self.dim
+            self.vectors = _stored_vectors(self._cpu_index, self.binary, int(self._cpu_index.ntotal), width)
+            self.index = _gpu_index(self._cpu_index, self.binary) if gpu else self._cpu_index
         if hasattr(self._cpu_index, "hnsw"):
             self._cpu_index.hnsw.efSearch = max(self._cpu_index.hnsw.efSearch, k_prime)
 
@@ -212,7 +217,8 @@ def _code_first_stage(kind: str, dataset: Dataset, settings: BM25Settings) -> "C
         options = dataclasses.replace(options, kind=kind, **binary_only)
     if path is None:
         path = build_code_index(dataset, options, settings.index_root)
-    return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads)
+    return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads,
+                         nprobe=options.ivf_nprobe, mmap=options.mmap)
 
 
 def codes_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
