@@ -1,5 +1,6 @@
 """A user's own dataset directory: read from its ``dataset.json`` manifest (every path confined to the
-directory) or, without one, from its detected layout (pair folders, or TREC topics/qrels/docs files)."""
+directory) or, without one, from its detected layout (pair folders, WikiQA TSV files, a BEIR folder, or
+TREC/SMART topics, qrels and documents files)."""
 from __future__ import annotations
 
 import json
@@ -7,23 +8,36 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFormatError, DatasetNotFoundError
+from .. import trec
+from ..errors import ConfigError, DataFormatError, DatasetNotFoundError
 from .dataset import Dataset
-from .pair_format import pair_dataset
+from .pair_format import is_wikiqa_tsv, pair_dataset, wikiqa_split_name
 from .trec_format import trec_dataset
 
 MANIFEST = "dataset.json"
+#: BEIR's file names (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``), gzipped or not
+BEIR_CORPUS = ("corpus.jsonl", "corpus.jsonl.gz")
+BEIR_QUERIES = ("queries.jsonl", "queries.jsonl.gz")
+BEIR_QRELS = "qrels"
 
 
 def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
     """Load a local directory: from its ``dataset.json`` manifest, or by detecting its layout.
 
-    Manifest keys (paths relative to the directory, which they may not leave): ``format`` (``trec`` or
-    ``pair``); for ``trec``: ``topics``, ``qrels``, ``docs`` (a path or a list), optional ``run`` and
-    ``judged_only``; for ``pair``: ``splits`` (``{split: folder}``) and optional ``qrels`` (a path or list);
-    optional ``name``. Without a manifest, a folder holding ``a.toks`` is one pair split, a folder whose
-    subfolders hold them is one split per subfolder, and otherwise files named ``*topics*``/``*quer*``,
-    ``*qrel*`` and ``*doc*``/``corpus`` are read as TREC.
+    Manifest keys (paths relative to the directory, which they may not leave): ``format`` (``trec``,
+    ``beir`` or ``pair``); for ``trec``: ``topics``, ``qrels``, ``docs`` (a path or a list; a folder is
+    a folder of HTML files), optional ``run``, ``judged_only`` and ``topic_field``; for ``beir``: optional
+    ``corpus``, ``queries`` and ``qrels`` (a folder of ``<split>.tsv`` files; by default BEIR's own names)
+    and ``topic_field``; for ``pair``: ``splits`` (``{split: folder or WikiQA TSV file}``) and optional
+    ``qrels`` (a path or list); optional ``name``. ``topic_field`` is one of
+    :data:`pipeline.core.trec.TOPIC_FIELDS` (``title``, the default, ``description`` ...).
+
+    Without a manifest, in this order: a folder holding ``a.toks`` is one pair split, a folder whose
+    subfolders hold them is one split per subfolder; WikiQA TSV files (``WikiQA-train.tsv`` ...: one split
+    each); a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``: one split per qrels
+    file); otherwise files named ``*topic*``/``*quer*``/``*.qry``, ``*qrel*``/``*.rel`` and
+    ``*doc*``/``*corpus*``/``*collection*``/``*.all*`` (or a folder so named holding HTML files) are read as
+    TREC or SMART files.
     """
     root = Path(path)
     if not root.is_dir():
@@ -37,19 +51,58 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
     subfolders = sorted(p for p in root.iterdir() if (p / "a.toks").is_file())
     if subfolders:
         return pair_dataset(name, {p.name: p for p in subfolders})
-    files = [p for p in root.rglob("*") if p.is_file() and p.suffix not in {".md", ".bib"}]
+    wikiqa = _wikiqa_splits(root)
+    if wikiqa:
+        return pair_dataset(name, wikiqa, source=str(root))
+    if _beir_file(root, BEIR_CORPUS) and _beir_file(root, BEIR_QUERIES) and (root / BEIR_QRELS).is_dir():
+        return beir_dataset(name, root)
+    files = [p for p in root.rglob("*") if p.is_file() and p.suffix not in {".md", ".bib"}
+             and p.suffix.lower() not in trec.HTML_SUFFIXES]
+    html_folders = sorted({p.parent for p in root.rglob("*") if p.is_file() and p.suffix.lower() in trec.HTML_SUFFIXES})
 
-    def pick(*needles: str) -> list[Path]:
-        return sorted(p for p in files if any(n in p.name.lower() for n in needles))
+    def pick(*needles: str, among=files) -> list[Path]:
+        return sorted(p for p in among if any(n in p.name.lower() for n in needles))
 
-    topics, qrels = pick("topic", "quer"), pick("qrel")
-    docs = [p for p in pick("doc", "corpus", "collection") if p not in topics and p not in qrels]
+    topics, qrels = pick("topic", "quer", ".qry"), [p for p in pick("qrel", ".rel") if not p.name.lower().endswith("readme")]
+    docs = [p for p in pick("doc", "corpus", "collection", ".all") if p not in topics and p not in qrels]
+    # a folder of HTML pages named like a collection ("docs/", "corpus/" ...) or the only one there is
+    folders = pick("doc", "corpus", "collection", "html", "pages", among=html_folders)
+    docs += folders or (html_folders if len(html_folders) == 1 and html_folders[0] != root else [])
     if len(topics) != 1 or len(qrels) > 1 or not docs:
         raise DatasetNotFoundError(
             f"{root}: cannot detect the layout (found topics {[p.name for p in topics]}, qrels {[p.name for p in qrels]}, "
             f"docs {[p.name for p in docs]}); add a {MANIFEST} manifest (see pipeline.core.datasets.load_local)"
         )
     return trec_dataset(name, topics[0], qrels[0] if qrels else None, docs, source=str(root))
+
+
+def _wikiqa_splits(root: Path) -> dict[str, Path]:
+    """WikiQA's TSV files in ``root`` as ``{split: file}``; the whole-corpus ``WikiQA.tsv`` is left out when
+    split files (``WikiQA-train.tsv`` ...) are there, as its pairs are theirs."""
+    files = sorted(p for p in root.iterdir() if is_wikiqa_tsv(p))
+    split_files = [p for p in files if "-" in p.stem]
+    return {wikiqa_split_name(p): p for p in (split_files or files)}
+
+
+def _beir_file(root: Path, names: tuple[str, ...]) -> Path | None:
+    """The first of ``names`` (plain, then gzipped) that is a file in ``root``."""
+    return next((root / n for n in names if (root / n).is_file()), None)
+
+
+def beir_dataset(name: str, root: Path, corpus: Path | None = None, queries: Path | None = None,
+                 qrels: Path | None = None, topic_field: str = "title") -> Dataset:
+    """A BEIR folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``)
+    and ``qrels/<split>.tsv`` (a ``query-id corpus-id score`` header, then 3 columns), each split file
+    giving a split of the same name (``train``, ``dev``, ``test``). Paths default to BEIR's names."""
+    corpus = corpus or _beir_file(root, BEIR_CORPUS) or root / BEIR_CORPUS[0]
+    queries = queries or _beir_file(root, BEIR_QUERIES) or root / BEIR_QUERIES[0]
+    qrels = qrels or root / BEIR_QRELS
+    split_files = sorted(p for p in qrels.iterdir() if p.is_file() and p.suffix in {".tsv", ".txt", ".gz"}) \
+        if qrels.is_dir() else []
+    if not split_files:
+        raise DatasetNotFoundError(f"{qrels}: a BEIR folder needs qrels files, one per split ({qrels}/test.tsv ...)")
+    return trec_dataset(name, queries, None, [corpus], source=str(root), topic_field=topic_field,
+                        split_qrels={p.name.split(".")[0]: p for p in split_files})
 
 
 def _from_manifest(root: Path, manifest: Path, name: str) -> Dataset:
@@ -73,8 +126,20 @@ def _from_manifest(root: Path, manifest: Path, name: str) -> Dataset:
     def optional_path(field: str) -> Path | None:
         return confined_path(root, manifest, field, spec[field]) if spec.get(field) else None
 
+    topic_field = spec.get("topic_field", "title")
+    try:
+        trec.check_topic_field(topic_field)
+    except (ConfigError, TypeError):
+        raise DataFormatError(manifest, None, f"field 'topic_field' must be one of {', '.join(trec.TOPIC_FIELDS)}, "
+                                              f"got {topic_field!r}") from None
     fmt = spec.get("format")
+    if fmt == "beir":
+        return beir_dataset(name, root, optional_path("corpus"), optional_path("queries"), optional_path("qrels"),
+                            topic_field)
     if fmt == "pair":
+        if topic_field != "title":  # a pair file holds one text per question: no description to choose
+            raise DataFormatError(manifest, None, f"field 'topic_field' is {topic_field!r}, but pair-format "
+                                                  f"questions have one text; leave it out or use 'title'")
         if not isinstance(spec.get("splits"), dict):
             raise DataFormatError(manifest, None, "'pair' manifest needs 'splits': {split_name: folder}")
         folders = {s: confined_path(root, manifest, f"splits.{s}", f) for s, f in spec["splits"].items()}
@@ -86,8 +151,9 @@ def _from_manifest(root: Path, manifest: Path, name: str) -> Dataset:
         return trec_dataset(
             name, confined_path(root, manifest, "topics", spec["topics"]), optional_path("qrels"), paths("docs"),
             optional_path("run"), judged_only=bool(spec.get("judged_only", False)), source=str(root),
+            topic_field=topic_field,
         )
-    raise DataFormatError(manifest, None, f"unknown format {fmt!r}; expected 'trec' or 'pair'")
+    raise DataFormatError(manifest, None, f"unknown format {fmt!r}; expected 'trec', 'beir' or 'pair'")
 
 
 def confined_path(root: Path, manifest: Path, field: str, value: Any) -> Path:

@@ -1,5 +1,6 @@
 """The line-aligned "pair" format (``a.toks b.toks id.txt sim.txt``, one folder per split) that WikiQA,
-TrecQA and HCAN's Microblog candidates ship in, read into a :class:`~pipeline.core.datasets.dataset.Dataset`."""
+TrecQA and HCAN's Microblog candidates ship in, and WikiQA's own TSV files (what MatchZoo reads), read into
+a :class:`~pipeline.core.datasets.dataset.Dataset`."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ from typing import Iterable
 
 from .. import trec
 from ..errors import DataFormatError
+from ..trec import check_id
 from ..records import Doc, Qrel, Query, Run, ScoredDoc
 from ..textio import iter_lines
 from .dataset import Dataset
@@ -29,13 +31,48 @@ class PairSplit:
     run: Run
 
 
+#: the layouts of ``id.txt`` lines, by number of columns (quoted in its errors)
+ID_LAYOUTS = {
+    1: "'qid' (WikiQA, TrecQA train: doc ids become '<qid>-<n>')",
+    2: "'qid docid'",
+    3: "'qid docid label'",
+    4: "'qid 0 docid label' (TrecQA dev/test)",
+    6: "'qid Q0 docid rank score tag' (a TREC run line, Microblog: its scores are the first stage)",
+}
+#: the header of WikiQA's own TSV files (``WikiQA-train.tsv`` ..., what MatchZoo's WikiQA loader reads)
+WIKIQA_COLUMNS = ("QuestionID", "Question", "DocumentID", "DocumentTitle", "SentenceID", "Sentence", "Label")
+
+
+def _layouts() -> str:
+    return ", ".join(ID_LAYOUTS.values())
+
+
+@dataclass(slots=True)
+class _Row:
+    """One candidate pair before ids are settled: where it is, its ids, texts, label and first-stage score."""
+
+    line: int
+    qid: str
+    docid: str | None
+    query_text: str
+    doc_text: str
+    label: int
+    score: float | None
+
+
 def read_pair_folder(folder: str | os.PathLike, split: str = "", qid_prefix: str = "") -> PairSplit:
     """Read ``a.toks``, ``b.toks``, ``id.txt``, ``sim.txt`` (line-aligned) from one folder.
 
-    ``id.txt`` may hold the query id alone (WikiQA, TrecQA train: doc ids become ``<qid>-<n>``, n counting
-    the query's candidates from 0), ``qid 0 docid label`` (TrecQA dev/test) or a TREC run line
-    (Microblog: ``qid Q0 docid rank score tag``, whose scores become the first-stage run). Without scores,
-    the file order is the candidate ranking. Errors name the file and line.
+    ``id.txt`` holds one of :data:`ID_LAYOUTS` per line, the same in the whole file: the query id alone
+    (WikiQA, TrecQA train: doc ids become ``<qid>-<n>``, n counting the query's candidates from 0),
+    ``qid docid``, ``qid docid label``, ``qid 0 docid label`` (TrecQA dev/test) or a TREC run line
+    (Microblog: ``qid Q0 docid rank score tag``, whose scores become the first-stage run). ``sim.txt``'s
+    label wins over a label column of ``id.txt``. Without scores, the file order is the candidate ranking.
+    In the ``qid docid`` and ``qid docid label`` layouts, doc ids that name different texts within the
+    folder (candidates numbered per question: ``0 0``, ``0 1``, ``1 0`` ...) are local to their question:
+    every doc id of the folder then becomes ``<qid>-<docid>``; in the 4- and 6-column layouts doc ids are
+    global (a tweet retrieved for two queries is one document). Other files of the folder (``url.txt``, ``boundary.txt``, ``numrels.txt``) are not
+    read. Errors name the file and line.
     """
     folder = Path(folder)
     missing = [name for name in PAIR_FILES if not (folder / name).is_file()]
@@ -51,54 +88,156 @@ def read_pair_folder(folder: str | os.PathLike, split: str = "", qid_prefix: str
             folder / longest, first_unmatched,
             f"no matching line in {', '.join(shorter)}; pair files must be line-aligned, got line counts {lengths}",
         )
+    ids = folder / "id.txt"
+    rows: list[_Row] = []
+    width = None
+    for (number, query_text), (_, doc_text), (_, id_line), (_, label_text) in zip(*columns):
+        parts = id_line.split()
+        if len(parts) not in ID_LAYOUTS:
+            raise DataFormatError(ids, number, f"expected one of {_layouts()}; got {id_line[:80]!r}")
+        if width is None:
+            width = len(parts)
+        elif len(parts) != width:
+            raise DataFormatError(ids, number, f"{len(parts)} columns where line 1 has {width}: one layout per file "
+                                               f"is expected, {ID_LAYOUTS[width]}; got {id_line[:80]!r}")
+        qid, docid, score = parts[0], None, None
+        if width in (2, 3):
+            docid = parts[1]
+        elif width in (4, 6):
+            docid = parts[2]
+        if width == 3 and not _is_number(parts[2]):
+            raise DataFormatError(ids, number, f"label {parts[2]!r} is not a number; expected {ID_LAYOUTS[3]}")
+        if width == 6:
+            try:
+                score = float(parts[4])
+            except ValueError:
+                raise DataFormatError(ids, number, f"score {parts[4]!r} is not a number") from None
+        label_text = label_text.strip()
+        try:
+            label = int(float(label_text))
+        except ValueError:
+            raise DataFormatError(folder / "sim.txt", number, f"label {label_text!r} is not a number; expected 0 or 1") from None
+        rows.append(_Row(number, qid_prefix + qid, docid, query_text, doc_text, label, score))
+    # only the short layouts number candidates per question; TrecQA's and Microblog's doc ids are global
+    local = width in (2, 3) and _local_doc_ids(rows)
+    return _pair_split(split or folder.name, rows, folder / "a.toks", ids, local_doc_ids=local)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _local_doc_ids(rows: list[_Row]) -> bool:
+    """True when a doc id comes with two different texts: the ids only number each question's candidates."""
+    texts: dict[str, str] = {}
+    for row in rows:
+        if row.docid is not None and texts.setdefault(row.docid, " ".join(row.doc_text.split())) != " ".join(row.doc_text.split()):
+            return True
+    return False
+
+
+def _pair_split(name: str, rows: list[_Row], query_file: Path, id_file: Path, local_doc_ids: bool = False) -> PairSplit:
+    """The queries, documents, labels and candidate ranking of parsed rows (errors name ``query_file`` for
+    query texts and ``id_file`` for ids)."""
     queries: dict[str, Query] = {}
     docs: dict[str, Doc] = {}
     labels: list[Qrel] = []
     run: Run = {}
     seen_pairs: set[tuple[str, str]] = set()
     per_query_count: dict[str, int] = {}
-    for (number, query_text), (_, doc_text), (_, id_line), (_, label_text) in zip(*columns):
-        parts = id_line.split()
-        if len(parts) == 1:
-            qid, docid, score = parts[0], None, None
-        elif len(parts) == 4:
-            qid, docid, score = parts[0], parts[2], None
-        elif len(parts) == 6:
-            qid, docid = parts[0], parts[2]
-            try:
-                score = float(parts[4])
-            except ValueError:
-                raise DataFormatError(folder / "id.txt", number, f"score {parts[4]!r} is not a number") from None
-        else:
-            raise DataFormatError(
-                folder / "id.txt", number,
-                f"expected 'qid', 'qid 0 docid label' or 'qid Q0 docid rank score tag', got {id_line[:80]!r}",
-            )
-        qid = qid_prefix + qid
+    for row in rows:
+        qid = row.qid
         position = per_query_count.get(qid, 0)
         per_query_count[qid] = position + 1
-        docid = docid if docid is not None else f"{qid}-{position}"
-        query_text = " ".join(query_text.split())
+        if row.docid is None:
+            docid = f"{qid}-{position}"
+        else:
+            docid = f"{qid}-{row.docid}" if local_doc_ids else row.docid
+        query_text = " ".join(row.query_text.split())
         if not query_text:
-            raise DataFormatError(folder / "a.toks", number, f"empty query text for query {qid!r}")
+            raise DataFormatError(query_file, row.line, f"empty query text for query {qid!r}")
         known = queries.get(qid)
         if known is None:
-            queries[qid] = Query(qid, query_text)
+            queries[qid] = Query(check_id(id_file, row.line, "query", qid), query_text)
         elif known.text != query_text:
-            raise DataFormatError(folder / "a.toks", number, f"query {qid!r} has two different texts in one folder")
+            raise DataFormatError(query_file, row.line, f"query {qid!r} has two different texts in one folder")
         if (qid, docid) in seen_pairs:
-            raise DataFormatError(folder / "id.txt", number, f"duplicate pair: doc {docid!r} listed twice for query {qid!r}")
+            raise DataFormatError(id_file, row.line, f"duplicate pair: doc {docid!r} listed twice for query {qid!r}")
         seen_pairs.add((qid, docid))
         if docid not in docs:
-            docs[docid] = Doc(docid, " ".join(doc_text.split()))
-        label_text = label_text.strip()
+            docs[docid] = Doc(docid, " ".join(row.doc_text.split()))
+        labels.append(Qrel(qid, docid, row.label))
+        run.setdefault(qid, []).append(ScoredDoc(qid, docid, row.score if row.score is not None else -float(position)))
+    return PairSplit(name, queries, docs, labels, run)
+
+
+def read_wikiqa_tsv(path: str | os.PathLike, split: str = "", qid_prefix: str = "") -> PairSplit:
+    """Read one of WikiQA's own TSV files (``WikiQA-train.tsv`` ..., the layout MatchZoo's WikiQA loader
+    reads): a header :data:`WIKIQA_COLUMNS`, then one candidate sentence per line. Query ids are
+    ``QuestionID`` (``Q1``), doc ids ``SentenceID`` (``D1-0``), the label ``Label``; the file order is the
+    candidate ranking. The split is named after the file (``WikiQA-train.tsv``: ``train``) unless ``split``
+    says otherwise. Errors name the file and line."""
+    path = Path(path)
+    rows: list[_Row] = []
+    header = None
+    for number, text in iter_lines(path):
+        if not text.strip():
+            continue
+        columns = text.split("\t")
+        if header is None:
+            if tuple(c.strip() for c in columns) != WIKIQA_COLUMNS:
+                raise DataFormatError(path, number, f"expected WikiQA's header {'<TAB>'.join(WIKIQA_COLUMNS)!r}, got "
+                                                    f"{text[:80]!r}")
+            header = number
+            continue
+        if len(columns) != len(WIKIQA_COLUMNS):
+            raise DataFormatError(path, number, f"expected {len(WIKIQA_COLUMNS)} tab-separated columns "
+                                                f"({', '.join(WIKIQA_COLUMNS)}), got {len(columns)}: {text[:80]!r}")
+        record = dict(zip(WIKIQA_COLUMNS, columns))
         try:
-            label = int(float(label_text))
+            label = int(float(record["Label"]))
         except ValueError:
-            raise DataFormatError(folder / "sim.txt", number, f"label {label_text!r} is not a number; expected 0 or 1") from None
-        labels.append(Qrel(qid, docid, label))
-        run.setdefault(qid, []).append(ScoredDoc(qid, docid, score if score is not None else -float(position)))
-    return PairSplit(split or folder.name, queries, docs, labels, run)
+            raise DataFormatError(path, number, f"label {record['Label']!r} is not a number; expected 0 or 1") from None
+        docid = check_id(path, number, "doc", record["SentenceID"].strip())
+        rows.append(_Row(number, qid_prefix + record["QuestionID"].strip(), docid, record["Question"],
+                         record["Sentence"], label, None))
+    if header is None:
+        raise DataFormatError(path, None, f"empty file; expected WikiQA's header {'<TAB>'.join(WIKIQA_COLUMNS)!r}")
+    return _pair_split(split or wikiqa_split_name(path), rows, path, path)
+
+
+def wikiqa_split_name(path: Path) -> str:
+    """``WikiQA-train.tsv`` -> ``train``: the part of the file name after its last ``-`` (the whole stem
+    when there is none)."""
+    return path.stem.rsplit("-", 1)[-1].lower()
+
+
+def is_wikiqa_tsv(path: Path) -> bool:
+    """True when ``path`` is a file whose first line is WikiQA's TSV header."""
+    if not path.is_file() or path.suffix.lower() != ".tsv":
+        return False
+    with open(path, "rb") as handle:
+        first = handle.readline().decode("utf-8-sig", errors="replace").rstrip("\r\n")
+    return tuple(c.strip() for c in first.split("\t")) == WIKIQA_COLUMNS
+
+
+def read_pair_split(path: str | os.PathLike, split: str = "", qid_prefix: str = "") -> PairSplit:
+    """One split of pairs: a pair folder (:func:`read_pair_folder`) or a WikiQA TSV file (:func:`read_wikiqa_tsv`)."""
+    path = Path(path)
+    if path.is_file():
+        return read_wikiqa_tsv(path, split, qid_prefix)
+    return read_pair_folder(path, split, qid_prefix)
+
+
+def _raw_query_ids(path: Path) -> set[str]:
+    """The query ids of one split as written (before any split prefix)."""
+    if path.is_file():
+        return {q.query_id for q in read_wikiqa_tsv(path).queries.values()}
+    return {line.split()[0] for _, line in iter_lines(path / "id.txt") if line.strip()}
 
 
 def pair_dataset(
@@ -107,7 +246,7 @@ def pair_dataset(
     qrels_files: Iterable[Path] = (),
     source: str = "",
 ) -> Dataset:
-    """Combine pair folders (one per split) into a Dataset.
+    """Combine pair splits (one folder, or one WikiQA TSV file, per split) into a Dataset.
 
     Query ids are kept as they are unless two splits use the same id for different questions (WikiQA,
     TrecQA number queries per split); then every id becomes ``<split>/<id>``. Qrels come from the given
@@ -115,10 +254,10 @@ def pair_dataset(
     """
     raw_ids: dict[str, set[str]] = {}
     for split, folder in split_folders.items():
-        raw_ids[split] = {line.split()[0] for _, line in iter_lines(Path(folder) / "id.txt") if line.strip()}
+        raw_ids[split] = _raw_query_ids(Path(folder))
     all_ids = [qid for ids in raw_ids.values() for qid in ids]
     prefix = len(all_ids) != len(set(all_ids))
-    parts = [read_pair_folder(folder, split, f"{split}/" if prefix else "") for split, folder in split_folders.items()]
+    parts = [read_pair_split(folder, split, f"{split}/" if prefix else "") for split, folder in split_folders.items()]
     queries: dict[str, Query] = {}
     docs: dict[str, Doc] = {}
     labels: list[Qrel] = []
@@ -134,7 +273,8 @@ def pair_dataset(
         qrels = [q for path in qrels_files for q in trec.read_qrels(path) if q.query_id in queries]
     else:
         qrels = labels
-    files = [Path(f) / n for f in split_folders.values() for n in PAIR_FILES] + qrels_files
+    files = [file for split_path in map(Path, split_folders.values())
+             for file in ([split_path] if split_path.is_file() else [split_path / n for n in PAIR_FILES])] + qrels_files
     return Dataset(
         name=name,
         queries=queries,
