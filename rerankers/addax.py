@@ -91,6 +91,7 @@ from pipeline.core.records import Doc, Query
 
 from .blocks import masked_softmax
 from .blocks import maxsim as late_interaction
+from .hf_export import ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE
 from .transformer_base import LRUCache, TransformerReranker, pad_ids, unique_rows
 
 __all__ = [
@@ -351,6 +352,9 @@ class AddaxReranker(TransformerReranker):
 
     name = "addax"
     model_config_class = AddaxConfig
+    # save_pretrained: the encoder in Hugging Face's layout, MAGS / denoiser / query MLP beside it
+    pretrained_config_file = ADDAX_CONFIG_FILE
+    pretrained_head_file = ADDAX_HEAD_FILE
     train_defaults = {
         "loss": "hinge", "margin": 1.0, "optimizer": "adam", "learning_rate": 1e-5, "weight_decay": 0.0,
         "batch_size": 64, "negatives": 4, "epochs": 18, "patience": 3, "grad_clip": 1.0, "score_batch_size": 64,

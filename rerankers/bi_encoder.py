@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
 
 from .encoders import pretrained_config
@@ -145,11 +145,21 @@ class BiEncoderReranker(TransformerReranker):
 
     @classmethod
     def load(cls, path) -> "BiEncoderReranker":
-        """A checkpoint written by :meth:`save`, or, for a path that is not a file, the pre-trained
-        sentence encoder of that name or directory used as it is (``--model all-MiniLM-L6-v2``: zero-shot,
-        nothing trained)."""
-        if Path(path).is_file():
+        """A checkpoint written by :meth:`save`, a directory written by :meth:`save_pretrained`, or, for a
+        path that is neither, the pre-trained sentence encoder of that name or directory used as it is
+        (``--model all-MiniLM-L6-v2``: zero-shot, nothing trained). A directory that is none of these (no
+        export description, no ``config.json``) is a :class:`~pipeline.errors.CheckpointError` naming it."""
+        from .hf_export import CONFIG_FILES
+
+        location = Path(path)
+        if location.is_file():
             return super().load(path)
+        if location.is_dir():
+            if any((location / name).is_file() for name in CONFIG_FILES):
+                return cls.from_pretrained(location)
+            if not (location / "config.json").is_file():
+                raise CheckpointError(f"{path}: a directory without config.json, so neither an export written by "
+                                      f"save_pretrained() nor a Hugging Face encoder directory")
         reranker = cls()
         config = reranker.encoder_config
         config.encoder = str(path)

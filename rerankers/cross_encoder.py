@@ -225,7 +225,17 @@ class CrossEncoderReranker(TransformerReranker):
         """Re-ranker on Hugging Face sequence-classification model ``name`` (hub id or local directory),
         its classification head kept, nothing trained; ``options`` are ``--set``-style options (e.g.
         ``max_query_length``). Without an explicit ``max_doc_length``, the default is lowered, if need be, so
-        that query, document and special tokens fit the model's positions."""
+        that query, document and special tokens fit the model's positions.
+
+        A directory written by :meth:`save_pretrained` (it holds ``neural_rerank.json``) comes back as it was
+        exported: its configs, seed and head (a linear head on ``[CLS]`` is restored exactly), ``options``
+        applied over them."""
+        from .hf_export import CONFIG_FILE, export_class, read_description
+
+        location = Path(name)
+        if (location / CONFIG_FILE).is_file():
+            description = read_description(location, CONFIG_FILE)
+            return export_class(location, description, cls)._restore_pretrained(location, description, options)
         options = dict(options or {})
         reranker = cls.from_options({**options, "encoder": name, "head": "pretrained"}, seed=seed)
         config = pretrained_config(name)
@@ -257,3 +267,112 @@ class CrossEncoderReranker(TransformerReranker):
             log.warning("%s: max_doc_length lowered from %d to %d to fit %s's %d positions", self.name,
                         encoder.max_doc_length, room, encoder.encoder, min(limits))
             encoder.max_doc_length = room
+
+    # -- export as a Hugging Face sequence classifier (rerankers/hf_export.py) ---------------------------
+    def save_pretrained(self, directory) -> Path:
+        """Write the model as a standard Hugging Face sequence-classification directory (config with one
+        label, ``model.safetensors``, the tokenizer's files) whose logit is this re-ranker's score, plus
+        ``neural_rerank.json`` with the project's configs; atomically (an existing ``directory`` is replaced
+        as a whole). A two-label head becomes its logit difference, a linear head on ``[CLS]`` is written
+        into the classifier's tanh layer (see :mod:`rerankers.hf_export`); the written model is checked to
+        score a probe batch as this one does. :meth:`load` / ``--model DIR`` read it back exactly."""
+        import copy
+
+        from .hf_export import (
+            CONFIG_FILE, LINEAR_SCALE_EXPONENT, collapse_two_labels, write_description, write_directory,
+        )
+
+        self._export_ready()
+        if isinstance(self.module, PretrainedHeadModel):
+            classifier, kind, labels = copy.deepcopy(self.module.encoder), "classifier", self.module.labels
+            if labels == 2:
+                collapse_two_labels(classifier)
+        else:
+            classifier, kind, labels = self._linear_head_classifier(), "linear", 1
+        self._check_export(classifier)
+        description = {**self.export_description(),
+                       "head": {"kind": kind, "labels_before_export": labels,
+                                "scale_exponent": LINEAR_SCALE_EXPONENT if kind == "linear" else None}}
+
+        def write(target: Path) -> None:
+            classifier.save_pretrained(target)
+            self.tokenizer.save_pretrained(target)
+            write_description(target, CONFIG_FILE, description)
+
+        return write_directory(directory, write)
+
+    def _linear_head_classifier(self):
+        """The encoder's ``...ForSequenceClassification`` (one label) holding the fine-tuned encoder and the
+        linear head on ``[CLS]`` in its tanh layer's linear range."""
+        import copy
+
+        import transformers
+
+        from .hf_export import relabel, write_linear_head
+
+        encoder = self.module.encoder
+        config = copy.deepcopy(encoder.config)
+        config.num_labels = 1
+        try:
+            classifier = transformers.AutoModelForSequenceClassification.from_config(config)
+        except ValueError as error:  # no sequence-classification class for this model type
+            raise PipelineError(f"{self.name}: encoder {self.encoder_config.encoder!r} has no Hugging Face "
+                                f"sequence-classification class to export to ({error})") from None
+        relabel(classifier)
+        missing, unexpected = classifier.base_model.load_state_dict(encoder.state_dict(), strict=False)
+        # a RoBERTa classifier's encoder has no pooler (its head replaces it): the AutoModel's is not needed
+        unexpected = [key for key in unexpected if not key.startswith("pooler.")]
+        if missing or unexpected:
+            raise PipelineError(f"{self.name}: the encoder's weights do not fit {type(classifier).__name__} "
+                                f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+        write_linear_head(classifier, self.module.head.weight, self.module.head.bias)
+        return classifier.to(self._device())
+
+    def _check_export(self, classifier) -> None:
+        """Score probe pairs with ``classifier`` as a one-label model and with this re-ranker: a head the
+        conversion cannot express (another architecture's head layout) is a PipelineError, never a silently
+        different model."""
+        import torch
+
+        probe = Query("probe", "what is the capital of france")
+        docs = [Doc("p1", "paris is the capital and largest city of france"), Doc("p2", "a river runs north")]
+        batch = self.tensors(self.encode([(probe, doc) for doc in docs]))
+        training = self.module.training
+        self.module.eval()
+        classifier.eval()
+        try:
+            with torch.no_grad():
+                expected = self.module(**batch)
+                found = PretrainedHeadModel(classifier)(**batch)
+        finally:
+            self.module.train(training)
+        if not torch.allclose(found, expected, rtol=1e-4, atol=1e-4):
+            raise PipelineError(f"{self.name}: the exported {type(classifier).__name__} scores probe pairs "
+                                f"{found.tolist()} instead of {expected.tolist()}; its head layout cannot hold "
+                                f"this model's head")
+
+    def _before_restore(self, directory: Path, description: Mapping[str, Any]) -> None:
+        """An export's head: the classifier as it is (``head=pretrained``), or the linear head on ``[CLS]``
+        read back from it (``head=new`` on the exported encoder, then :meth:`_restore_head`)."""
+        from .hf_export import HEAD_KINDS
+
+        kind = (description.get("head") or {}).get("kind")
+        if kind not in HEAD_KINDS:
+            raise CheckpointError(f"{directory}: export description has head kind {kind!r}, expected one of "
+                                  f"{', '.join(HEAD_KINDS)}")
+        self.model_config.head = "new" if kind == "linear" else "pretrained"
+
+    def _restore_head(self, directory: Path, description: Mapping[str, Any]) -> None:
+        """The linear head's exact weights from the exported classifier's tanh layer (a classifier export
+        has nothing outside the model already loaded)."""
+        import torch
+
+        from .hf_export import read_linear_head
+
+        if not isinstance(self.module, CrossEncoderModel):
+            return
+        _, classifier = load_classifier(self.encoder_config.encoder)
+        weight, bias = read_linear_head(classifier)
+        with torch.no_grad():
+            self.module.head.weight.copy_(weight)
+            self.module.head.bias.copy_(bias)

@@ -1,0 +1,140 @@
+"""Export a trained transformer re-ranker as a Hugging Face model directory (``save_pretrained`` layout).
+
+Command line::
+
+    python -m pipeline.export --checkpoint PATH.pt --output DIR
+    python -m pipeline.export --dataset wikiqa --reranker cross-encoder --set epochs=2 --output DIR
+
+With ``--checkpoint``, the checkpoint file (written by ``save()``: the model cache's ``.pt`` files) is
+exported and no other model option is taken. Otherwise the flags of ``python -m pipeline.train`` pick the
+model exactly as ``pipeline.run`` would: its cached checkpoint is exported, trained first when it is not
+cached. A protocol with several folds (cross-validation) has one model per fold: each is written to
+``DIR/<fold name>``. The cross-encoder becomes a standard sequence-classification model, ADDAX and the
+bi-encoder their encoder plus the project's files (see :mod:`rerankers.hf_export`); every export reads
+back with ``--model DIR`` (or ``Reranker.load(DIR)``) and scores exactly as the model it came from.
+
+An existing ``DIR`` that is not empty is refused unless ``--force`` (then it is replaced as a whole, once
+the new directory is complete). Bad input prints ``error: ...`` and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rerankers import reranker_class
+from rerankers.checkpoints import load_checkpoint
+
+from .config import RunConfig
+from .core.datasets import load_dataset
+from .core.errors import ConfigError, PipelineError
+from .core.interrupts import exit_cleanly
+from .core.logs import configure_logging
+from .core.runtime import seed_everything, set_threads
+from .model_cache import fold_models, training_plan
+from .run import KEPT_ON_INTERRUPT, build_parser
+from .train import RUN_ONLY
+
+#: this command's own flags (the others are pipeline.train's)
+EXPORT_FLAGS = ("checkpoint", "output", "force")
+
+
+def build_export_parser() -> argparse.ArgumentParser:
+    """``pipeline.train``'s flags plus ``--checkpoint``, ``--output`` and ``--force``."""
+    parser = build_parser(prog="python -m pipeline.export", description=__doc__.split("\n\n")[0], exclude=RUN_ONLY)
+    group = parser.add_argument_group("export")
+    group.add_argument("--checkpoint", default=None, metavar="PATH",
+                       help="export this checkpoint file (takes no model or dataset flags)")
+    group.add_argument("--output", default=None, metavar="DIR", help="the directory to write (required)")
+    group.add_argument("--force", action="store_true", help="replace an existing, non-empty DIR")
+    return parser
+
+
+def check_output(output: str | None, force: bool) -> Path:
+    """The output directory, refused (:class:`ConfigError`) when missing, a file, or not empty without ``force``."""
+    if not output:
+        raise ConfigError("--output DIR: say where to write the model directory")
+    path = Path(output)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--output {path}: exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise ConfigError(f"--output {path}: exists and is not empty; --force replaces it")
+    return path
+
+
+def exportable(cls, what: str) -> None:
+    """A :class:`ConfigError` unless re-ranker class ``cls`` writes Hugging Face directories."""
+    if cls is None or not callable(getattr(cls, "save_pretrained", None)):
+        name = getattr(cls, "name", "none")
+        raise ConfigError(f"{what}: {name!r} is not a transformer re-ranker; only those (cross-encoder, "
+                          f"bi-encoder, addax and its ablations) export to a Hugging Face model directory")
+
+
+def export_checkpoint(checkpoint: str | Path, output: Path) -> Path:
+    """Export the re-ranker saved in ``checkpoint`` to ``output``; returns the directory."""
+    payload = load_checkpoint(checkpoint)  # a missing or damaged file is a CheckpointError naming it
+    name = payload.get("reranker")
+    if not isinstance(name, str):
+        raise ConfigError(f"--checkpoint {checkpoint}: not a re-ranker checkpoint (it names no re-ranker)")
+    cls = reranker_class(name)
+    exportable(cls, f"--checkpoint {checkpoint}")
+    return cls.load(checkpoint).save_pretrained(output)
+
+
+def export_trained(config: RunConfig, output: Path) -> list[Path]:
+    """Export the models ``pipeline.run`` would use for ``config`` (cached ones loaded, missing ones trained):
+    to ``output`` for one fold, to ``output/<fold>`` for each of several."""
+    if not config.reranking:
+        raise ConfigError("say what to export: --checkpoint PATH, or --reranker NAME with the dataset flags of "
+                          "the model pipeline.run would use")
+    exportable(reranker_class(config.reranker), f"--reranker {config.reranker}")
+    seed_everything(config.seed)
+    dataset = load_dataset(config.dataset, config.mirror)
+    plan = training_plan(config, dataset)  # every option is checked before anything is trained
+    set_threads(config.threads)
+    several = len(plan.folds) > 1
+    written = []
+    for model in fold_models(plan, dataset):
+        target = output / model.fold.name if several else output
+        written.append(model.reranker.save_pretrained(target))
+        print(f"{model.fold.name}: {model.cached or model.path} -> {target}", flush=True)
+    return written
+
+
+def given_model_flags(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> list[str]:
+    """The flags of ``pipeline.train`` given a value other than their default (``--checkpoint`` takes none)."""
+    return [action.option_strings[0] for action in parser._actions
+            if action.option_strings and action.dest not in (*EXPORT_FLAGS, "help")
+            and getattr(namespace, action.dest, action.default) != action.default]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point: bad options or input print ``error: ...`` and exit with status 2."""
+    configure_logging()
+    parser = build_export_parser()
+    try:
+        with exit_cleanly(KEPT_ON_INTERRUPT):
+            namespace = parser.parse_args(argv)
+            output = check_output(namespace.output, namespace.force)
+            if namespace.checkpoint:
+                extra = given_model_flags(parser, namespace)
+                if extra:
+                    raise ConfigError(f"--checkpoint takes no model or dataset flags (got {', '.join(extra)}): the "
+                                      f"checkpoint holds its model")
+                written = [export_checkpoint(namespace.checkpoint, output)]
+                print(f"{namespace.checkpoint} -> {written[0]}")
+            else:
+                export_trained(RunConfig.from_namespace(namespace), output)
+    except PipelineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the disk filled up mid-write: the directory is written atomically, none was left
+        where = f" {error.filename}" if error.filename else ""
+        print(f"error: cannot write{where}: {error.strerror or error}; no partial directory was kept", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""Hugging Face model directories (``save_pretrained`` layout) for the transformer re-rankers.
+
+A trained transformer re-ranker can be written as a directory that the Hugging Face tools read as they are,
+so that it can be pushed to the Hub and used without this project, and read back by this project with
+identical scores:
+
+* Cross-encoder: a standard sequence-classification model (``config.json`` with ``num_labels: 1``, the
+  weights in ``model.safetensors``, the tokenizer's files) that
+  ``AutoModelForSequenceClassification.from_pretrained(directory)`` loads; its one logit is the project's
+  score. Plus ``neural_rerank.json`` with the project's configs.
+* ADDAX (and its ablations): the fine-tuned encoder saved with ``save_pretrained`` (a standard encoder and
+  tokenizer), ``addax_config.json`` with the model, encoder and training configs, and the layers around the
+  encoder (MAGS, the hashing denoiser, the query MLP) in ``addax_head.safetensors``.
+* Bi-encoder: the fine-tuned encoder and its tokenizer, and ``neural_rerank.json`` (the pooling has no
+  weights; its ``scale`` is in the config).
+
+This module holds what the three share: the JSON description written beside the weights (``format``,
+``kind``, the re-ranker's name and class, its configs, seed, the description of the encoder it was trained
+on, library versions), reading it back with clear :class:`~pipeline.core.errors.CheckpointError` s, head
+weights in safetensors, the directory written atomically, and the cross-encoder's head conversions (below).
+The re-rankers' ``save_pretrained`` / ``from_pretrained`` methods use it; :func:`load_pretrained` reads any
+export without knowing its model beforehand.
+
+Cross-encoder heads. The project's score is the classifier's logit with one label, and
+``logit[1] - logit[0]`` with two (the log-odds of the relevant class). An exported model always has one
+label whose logit is that score, so every consumer (``AutoModelForSequenceClassification``,
+sentence-transformers' ``CrossEncoder``, which applies a sigmoid to one label) gets the project's number:
+
+* a two-label head becomes one label with weight ``w1 - w0`` and bias ``b1 - b0`` (equal up to float
+  rounding; ``sigmoid`` of it is the two-class softmax's probability of the relevant class);
+* a fresh linear head on the final ``[CLS]`` state (the project's ``head=new``) has no counterpart in the
+  Hugging Face classes, which put a ``tanh`` layer before their classifier (BERT's pooler, RoBERTa's
+  ``classifier.dense``). It is written in that layer's linear range: the layer's first row is the head's
+  weight times ``2**-20`` (zero bias, the other rows zero) and the classifier multiplies that unit by
+  ``2**20`` and adds the head's bias. Powers of two scale floats exactly, and ``tanh(z)`` equals ``z`` to
+  float32 precision while ``|z| < 4e-4``, i.e. for scores up to about 400 in magnitude, so the Hugging Face
+  model gives the project's score up to float rounding, and this project reads the exact head back
+  (``neural_rerank.json`` says it is linear). The scaled row is far below float16's range: use that model in
+  float32 or bfloat16, and fine-tune it further with this project (whose restored head is the plain one),
+  not as a Hugging Face classifier (its tiny row would take steps far larger than itself).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any, Mapping
+
+from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.errors import CheckpointError, PipelineError
+
+from .checkpoints import project_version
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMAT = 1
+EXPORT_KIND = "neural-rerank-pretrained"
+#: the description of the cross-encoder's and the bi-encoder's exports (and the default of a new model)
+CONFIG_FILE = "neural_rerank.json"
+#: ADDAX's description and head weights
+ADDAX_CONFIG_FILE = "addax_config.json"
+ADDAX_HEAD_FILE = "addax_head.safetensors"
+#: every description file an export may have, looked for in this order by :func:`find_description`
+CONFIG_FILES = (CONFIG_FILE, ADDAX_CONFIG_FILE)
+#: a linear head on ``[CLS]`` is written into the tanh layer scaled by 2**-LINEAR_SCALE_EXPONENT (see above)
+LINEAR_SCALE_EXPONENT = 20
+#: how a cross-encoder export's head is to be read back (``head.kind`` of ``neural_rerank.json``)
+HEAD_KINDS = ("classifier", "linear")
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the project and of the libraries the weights were written with (recorded, not checked)."""
+    import torch
+    import transformers
+
+    return {"project": project_version(), "torch": str(torch.__version__),
+            "transformers": str(transformers.__version__), "python": platform.python_version()}
+
+
+def write_description(directory: Path, filename: str, description: Mapping[str, Any]) -> None:
+    """Write ``description`` (plain JSON values) as ``directory/filename`` with the format and kind added."""
+    body = {"format": EXPORT_FORMAT, "kind": EXPORT_KIND, **description}
+    with atomic_write(Path(directory) / filename) as handle:
+        json.dump(body, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def read_description(directory: str | Path, filename: str) -> dict:
+    """The description ``directory/filename`` written by :func:`write_description`.
+
+    A missing directory, a directory without it, unreadable JSON or another format is a
+    :class:`CheckpointError` naming the directory.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a directory, so not a Hugging Face export of a re-ranker")
+    path = directory / filename
+    if not path.is_file():
+        found = ", ".join(name for name in CONFIG_FILES if (directory / name).is_file()) or "neither"
+        raise CheckpointError(f"{directory}: not a Hugging Face export of this re-ranker: it has no {filename} "
+                              f"(description files found: {found})")
+    try:
+        description = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not a readable export description ({error})") from None
+    if not isinstance(description, dict) or description.get("kind") != EXPORT_KIND:
+        raise CheckpointError(f"{path}: not an export description of this project (kind "
+                              f"{description.get('kind') if isinstance(description, dict) else None!r})")
+    if description.get("format") != EXPORT_FORMAT:
+        raise CheckpointError(f"{path}: export format {description.get('format')!r}; this version reads "
+                              f"format {EXPORT_FORMAT}")
+    for key in ("reranker", "model_config", "encoder_config", "train_config"):
+        if key not in description:
+            raise CheckpointError(f"{path}: export description lacks {key!r}")
+    return description
+
+
+def find_description(directory: str | Path) -> tuple[str, dict]:
+    """``(filename, description)`` of the export in ``directory``, whichever model wrote it; a directory
+    that holds none is a :class:`CheckpointError` naming it."""
+    directory = Path(directory)
+    for filename in CONFIG_FILES:
+        if (directory / filename).is_file():
+            return filename, read_description(directory, filename)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a directory, so not a Hugging Face export of a re-ranker")
+    raise CheckpointError(f"{directory}: not a Hugging Face export of a re-ranker (none of "
+                          f"{', '.join(CONFIG_FILES)} in it)")
+
+
+def export_class(directory: Path, description: Mapping[str, Any], base: type | None = None) -> type:
+    """The re-ranker class the export was written by, which must be ``base`` or a subclass of it (so that
+    ``AddaxReranker.from_pretrained`` reads an ablation's export as that ablation); without ``base``, any
+    registered class that reads exports (has ``from_pretrained``)."""
+    from rerankers import reranker_class
+
+    name = description.get("reranker")
+    try:
+        found = reranker_class(str(name))
+    except PipelineError as error:
+        raise CheckpointError(f"{directory}: holds a {name!r} model, which this installation does not know "
+                              f"({error})") from None
+    if base is not None and (found is None or not issubclass(found, base)):
+        raise CheckpointError(f"{directory}: holds a {name!r} model, not {base.name!r}")
+    if found is None or not callable(getattr(found, "from_pretrained", None)):
+        raise CheckpointError(f"{directory}: holds a {name!r} model, which cannot be read from a directory")
+    return found
+
+
+def load_pretrained(directory: str | Path):
+    """The re-ranker exported to ``directory`` (cross-encoder, bi-encoder, ADDAX or an ablation), read back
+    with its own class's ``from_pretrained``; anything else is a :class:`CheckpointError` naming it."""
+    directory = Path(directory)
+    _, description = find_description(directory)
+    # by name through the registry: importing the model modules here would make an import circle
+    return export_class(directory, description).from_pretrained(directory)
+
+
+# -- weights ----------------------------------------------------------------------------------------
+
+
+def save_weights(path: Path, state: Mapping[str, Any]) -> None:
+    """Tensors ``state`` as a safetensors file (contiguous CPU copies: safetensors refuses shared storage)."""
+    from safetensors.torch import save
+
+    tensors = {key: value.detach().cpu().contiguous().clone() for key, value in state.items()}
+    with atomic_write(path, "wb") as handle:
+        handle.write(save(tensors, metadata={"format": "pt"}))
+
+
+def load_weights(path: Path) -> dict:
+    """The tensors of safetensors file ``path``; missing or unreadable is a :class:`CheckpointError`."""
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise CheckpointError(f"{path.parent}: export lacks its head weights {path.name}")
+    try:
+        return load_file(str(path))
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own and OS errors for damaged files
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(error).__name__}: {error})") from None
+
+
+def clear_encoder_caches() -> None:
+    """Forget the encoders read so far (:mod:`rerankers.encoders` reads each location once per process): a
+    directory just written may have been read before under the same name, with other weights."""
+    from . import encoders
+
+    encoders._pretrained_config.cache_clear()
+    encoders._load_pretrained.cache_clear()
+
+
+def write_directory(directory: str | Path, write) -> Path:
+    """Call ``write(temporary_directory)`` and move the result to ``directory`` atomically (an existing
+    ``directory`` is replaced as a whole only when the new one is complete); returns the path."""
+    directory = Path(directory)
+    with atomic_directory(directory) as temporary:
+        write(temporary)
+    clear_encoder_caches()
+    return directory
+
+
+# -- cross-encoder heads --------------------------------------------------------------------------------
+
+
+def _head_layers(classifier):
+    """``(tanh layer, output layer)`` of a Hugging Face sequence classifier whose head is
+    ``output(tanh(layer(h[CLS])))``: BERT's pooler and classifier, or RoBERTa's ``classifier.dense`` and
+    ``classifier.out_proj``. Others are a :class:`PipelineError` (checked by scoring, see the caller)."""
+    import torch.nn as nn
+
+    base = classifier.base_model
+    pooler = getattr(base, "pooler", None)
+    output = getattr(classifier, "classifier", None)
+    if pooler is not None and isinstance(getattr(pooler, "dense", None), nn.Linear) and isinstance(output, nn.Linear):
+        return pooler.dense, output
+    if output is not None and isinstance(getattr(output, "dense", None), nn.Linear) \
+            and isinstance(getattr(output, "out_proj", None), nn.Linear):
+        return output.dense, output.out_proj
+    raise PipelineError(f"{type(classifier).__name__}: its classification head is neither BERT's (pooler + "
+                        f"classifier) nor RoBERTa's (dense + out_proj), so a linear head on [CLS] cannot be "
+                        f"written into it")
+
+
+def write_linear_head(classifier, weight, bias) -> None:
+    """Make one-label ``classifier``'s logit ``weight . h[CLS] + bias`` (see the module docstring)."""
+    import torch
+
+    inner, outer = _head_layers(classifier)
+    scale = 2.0 ** -LINEAR_SCALE_EXPONENT
+    with torch.no_grad():
+        inner.weight.zero_()
+        inner.bias.zero_()
+        inner.weight[0] = weight.reshape(-1).to(inner.weight.dtype) * scale
+        outer.weight.zero_()
+        outer.weight[0, 0] = 2.0 ** LINEAR_SCALE_EXPONENT
+        outer.bias.copy_(bias.reshape(-1).to(outer.bias.dtype))
+
+
+def read_linear_head(classifier):
+    """``(weight [1, d], bias [1])`` of the linear head that :func:`write_linear_head` wrote (exact: the
+    scaling is by powers of two)."""
+    inner, outer = _head_layers(classifier)
+    scale = 2.0 ** LINEAR_SCALE_EXPONENT
+    return (inner.weight[0].detach().clone() * scale).reshape(1, -1), outer.bias.detach().clone().reshape(1)
+
+
+def collapse_two_labels(classifier) -> None:
+    """Turn a two-label ``classifier`` into one label whose logit is ``logit[1] - logit[0]``: its output
+    layer (the only ``nn.Linear`` with two outputs outside the encoder) is replaced by the difference of
+    its rows, and the config says one label."""
+    import torch
+    import torch.nn as nn
+
+    prefix = getattr(classifier, "base_model_prefix", "")
+    found = [(name, module) for name, module in classifier.named_modules()
+             if isinstance(module, nn.Linear) and module.out_features == 2
+             and not (prefix and (name == prefix or name.startswith(prefix + ".")))]
+    if len(found) != 1:
+        raise PipelineError(f"{type(classifier).__name__}: cannot find its two-label output layer (found "
+                            f"{[name for name, _ in found]})")
+    name, layer = found[0]
+    single = nn.Linear(layer.in_features, 1, bias=layer.bias is not None)
+    with torch.no_grad():
+        single.weight.copy_(layer.weight[1:2] - layer.weight[0:1])
+        if layer.bias is not None:
+            single.bias.copy_(layer.bias[1:2] - layer.bias[0:1])
+    parent_name, _, attribute = name.rpartition(".")
+    parent = classifier.get_submodule(parent_name) if parent_name else classifier
+    setattr(parent, attribute, single.to(layer.weight.device, layer.weight.dtype))
+    relabel(classifier)
+
+
+def relabel(classifier) -> None:
+    """Give ``classifier``'s config one label named ``relevance`` (what the exported logit is)."""
+    config = classifier.config
+    config.num_labels = 1
+    config.id2label = {0: "relevance"}
+    config.label2id = {"relevance": 0}
+    if hasattr(classifier, "num_labels"):
+        classifier.num_labels = 1
