@@ -161,7 +161,8 @@ def test_every_step_is_a_console_command():
     from importlib import import_module, metadata
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert set(scripts) == {"rerank-run", "rerank-train", "rerank-index", "rerank-evaluate", "rerank-serve"}
+    assert set(scripts) == {"rerank-run", "rerank-train", "rerank-index", "rerank-evaluate", "rerank-serve",
+                            "rerank-export"}
     installed = {point.name: point.value for point in metadata.entry_points(group="console_scripts")}
     for name, target in scripts.items():
         module, function = target.split(":")
@@ -190,3 +191,23 @@ def test_index_flags_are_the_code_options_fields(capsys):
     assert "argument --dim: invalid int value: 'many'" in capsys.readouterr().err
     assert main(["--kind", "codes", "--hash-head", "xyz", "--dataset", "no-such-dataset"]) == 2
     assert "unknown hash head 'xyz'" in capsys.readouterr().err  # options before the dataset
+
+
+def test_evaluate_cli_same_file_names_trec_eval_metrics_and_names(tmp_path):
+    qrels = write(tmp_path / "qrels.txt", "".join(f"{q} 0 d{q}a 1\n{q} 0 d{q}b 0\n" for q in range(1, 6)))
+    base = write(tmp_path / "bm25" / "test.run", "".join(f"{q} Q0 d{q}b 1 2 b\n{q} Q0 d{q}a 2 1 b\n" for q in range(1, 6)))
+    good = write(tmp_path / "knrm" / "test.run", "".join(f"{q} Q0 d{q}a 1 2 g\n{q} Q0 d{q}b 2 1 g\n" for q in range(1, 6)))
+    result = run_python(
+        ["-m", "pipeline.evaluate", str(base), str(good), "--qrels", str(qrels), "--baseline", str(base),
+         "--metrics", "map P.1 ndcg_cut_10", "--output-dir", str(tmp_path / "eval")],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| run | AP | P@1 | nDCG@10 |" in result.stdout
+    assert "| bm25/test (baseline) | 0.5000 | 0.0000 |" in result.stdout and "| knrm/test | 1.0000" in result.stdout
+    assert sorted(os.listdir(tmp_path / "eval")) == ["evaluation.json", "evaluation.md", "evaluation.png"]
+
+    result = run_python(["-m", "pipeline.evaluate", str(base), str(good), "--qrels", str(qrels), "--names", "BM25", "BM25"],
+                        timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == "error: --names 'BM25' is given twice; each run needs its own name\n"
