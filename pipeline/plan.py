@@ -105,6 +105,9 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
             training = training_plan(config, dataset, split, folds)
     depth = 0 if config.rerank_depth >= k else config.rerank_depth
     pool = searches_a_pool(dataset, first_stage)
-    name, alone = run_names(config, dataset.name, first_stage + ("-pool" if pool else ""), split, weight, depth)
+    # a dataset with splits run on all its queries says so: it is not the test split's run
+    shown_split = split or ("all" if dataset.splits and not cls else None)
+    name, alone = run_names(config, dataset.name, first_stage + ("-pool" if pool else ""), shown_split, weight,
+                            depth)
     return RunPlan(config, cls, split, queries, folds, k, depth, metrics, weight, first_stage,
                    config.first_stage_settings(), training, name, alone)

@@ -308,10 +308,10 @@ def test_a_first_stage_over_a_pooled_collection_is_named_and_warned(caplog):
     pooled.recipe = dataclasses.replace(pooled.recipe, pooled="the passages of a top-100 pool")
     with caplog.at_level("WARNING"):
         plan = plan_run(RunConfig(dataset="toy", first_stage="bm25"), pooled)
-    assert plan.name == "toy-bm25-pool"
+    assert plan.name == "toy-all-bm25-pool"
     assert "searches that pool, not the collection" in caplog.text
-    assert plan_run(RunConfig(dataset="toy", first_stage="shipped"), pooled).name == "toy-shipped"
-    assert plan_run(RunConfig(dataset="toy", first_stage="bm25"), toy_dataset()).name == "toy-bm25"
+    assert plan_run(RunConfig(dataset="toy", first_stage="shipped"), pooled).name == "toy-all-shipped"
+    assert plan_run(RunConfig(dataset="toy", first_stage="bm25"), toy_dataset()).name == "toy-all-bm25"
     assert isinstance(pooled.recipe, Recipe)
 
 
@@ -330,14 +330,15 @@ def test_runs_of_different_settings_never_share_a_name(tmp_path):
     def name(*argv):
         return plan_run(parse_config([*argv, "--dataset", "toy"]), toy_dataset()).name
 
-    assert name("--first-stage", "bm25") == "toy-bm25"
-    assert name("--first-stage", "bm25", "--stemmer", "none") == "toy-bm25-stem.none"
-    assert name("--first-stage", "bm25", "--k1", "1.2", "--b", "0.75") == "toy-bm25-k1.1.2-b.0.75"
-    assert name("--first-stage", "bm25+rm3", "--fb-terms", "20") == "toy-bm25+rm3-fb20x10w0.5"
-    assert name("--first-stage", "bm25", "--fb-terms", "20") == "toy-bm25"          # RM3 options: no RM3
-    assert name("--first-stage", f"run:{run_file}") == "toy-run-my.first-stage"
+    assert name("--first-stage", "bm25") == "toy-all-bm25"                  # every split's queries
+    assert name("--first-stage", "bm25", "--split", "test") == "toy-test-bm25"
+    assert name("--first-stage", "bm25", "--stemmer", "none") == "toy-all-bm25-stem.none"
+    assert name("--first-stage", "bm25", "--k1", "1.2", "--b", "0.75") == "toy-all-bm25-k1.1.2-b.0.75"
+    assert name("--first-stage", "bm25+rm3", "--fb-terms", "20") == "toy-all-bm25+rm3-fb20x10w0.5"
+    assert name("--first-stage", "bm25", "--fb-terms", "20") == "toy-all-bm25"      # RM3 options: no RM3
+    assert name("--first-stage", f"run:{run_file}") == "toy-all-run-my.first-stage"
     (tmp_path / "prebuilt").mkdir()
-    assert name("--first-stage", f"bm25:{tmp_path / 'prebuilt'}") == "toy-bm25-index.prebuilt"
+    assert name("--first-stage", f"bm25:{tmp_path / 'prebuilt'}") == "toy-all-bm25-index.prebuilt"
     plain = name("--first-stage", "shipped", "--reranker", "knrm")
     assert plain == "toy-shipped-knrm"
     assert name("--first-stage", "shipped", "--reranker", "knrm", "--seed", "1") == "toy-shipped-knrm-seed1"
