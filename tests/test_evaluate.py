@@ -8,7 +8,7 @@ import random
 import pytest
 
 from pipeline.core import evaluation as ev
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.records import Qrel, ScoredDoc
 from pipeline.core.trec import read_qrels, read_run
 
@@ -197,3 +197,246 @@ def test_compare_without_baseline_and_with_a_bad_one(tmp_path):
 def test_run_name():
     assert ev.run_name("runs/x/cranfield-bm25.run") == "cranfield-bm25"
     assert ev.run_name("a.txt") == "a" and ev.run_name("b.res") == "b.res"
+
+
+# --------------------------------------------------------------------------- trec_eval measure names
+
+#: a hand-made graded run: distinct scores (no tie order to disagree on), an unjudged document, a query whose
+#: only relevant document is ranked last, and a relevant document the run never retrieves
+ALIAS_QRELS = {
+    "1": {"a": 2, "b": 0, "c": 1, "d": 0, "e": 1},
+    "2": {"f": 0, "g": 0, "h": 1},
+    "3": {"i": 1, "j": 2, "k": 0, "z": 1},
+}
+ALIAS_RUN = {
+    "1": {"a": 9.0, "x": 8.0, "b": 7.0, "c": 6.0, "d": 5.0, "e": 4.0},
+    "2": {"f": 3.0, "g": 2.5, "h": 1.5},
+    "3": {"k": 4.0, "j": 3.0, "i": 2.0},
+}
+
+# trec_eval name, ir-measures' canonical name, the key pytrec_eval reports it under
+TREC_ALIASES = [
+    ("map", "AP", "map"),
+    ("P_10", "P@10", "P_10"),
+    ("P.10", "P@10", "P_10"),
+    ("P_5", "P@5", "P_5"),
+    ("ndcg_cut_10", "nDCG@10", "ndcg_cut_10"),
+    ("ndcg_cut.5", "nDCG@5", "ndcg_cut_5"),
+    ("ndcg", "nDCG", "ndcg"),
+    ("recip_rank", "RR", "recip_rank"),
+    ("recall_100", "R@100", "recall_100"),
+    ("recall_5", "R@5", "recall_5"),
+    ("Rprec", "Rprec", "Rprec"),
+    ("bpref", "Bpref", "bpref"),
+    ("map_cut_5", "AP@5", "map_cut_5"),
+    ("success_1", "Success@1", "success_1"),
+    ("set_P", "SetP", "set_P"),
+    ("num_rel_ret", "NumRet(rel=1)", "num_rel_ret"),
+]
+
+
+@pytest.mark.parametrize("trec_name, canonical, key", TREC_ALIASES)
+def test_trec_eval_names_parse_to_the_measure_and_score_as_pytrec_eval(trec_name, canonical, key):
+    import pytrec_eval
+
+    measures = ev.parse_measures(trec_name)
+    assert [str(m) for m in measures] == [canonical]
+    qrels = [Qrel(q, d, r) for q, docs in ALIAS_QRELS.items() for d, r in docs.items()]
+    run = {q: [ScoredDoc(q, d, s) for d, s in docs.items()] for q, docs in ALIAS_RUN.items()}
+    result = ev.evaluate(run, qrels, trec_name)
+    assert list(result.aggregate) == [canonical]  # reported under ir-measures' name, not the one typed
+    expected = pytrec_eval.RelevanceEvaluator(ALIAS_QRELS, {trec_name}).evaluate(ALIAS_RUN)
+    assert result.per_query[canonical] == pytest.approx({q: values[key] for q, values in expected.items()})
+    # the values are not all equal, so a measure read under the wrong name would show
+    assert len({round(v, 6) for v in result.per_query[canonical].values()}) > 1 or trec_name in {"set_P", "success_1"}
+
+
+def test_trec_eval_names_mix_with_ir_measures_names_and_repeats_are_dropped():
+    assert [str(m) for m in ev.parse_measures("map AP P_10 P@10 nDCG@10 ndcg_cut_10")] == ["AP", "P@10", "nDCG@10"]
+    assert [str(m) for m in ev.parse_measures("P_5,10 recall")] == ["P@5", "P@10"] + [
+        f"R@{k}" for k in (5, 10, 15, 20, 30, 100, 200, 500, 1000)]  # as trec_eval -m recall prints them
+    assert ev.canonical_measures("map P.10 AP(rel=2)") == "AP P@10 AP(rel=2)"
+    assert str(ev.parse_measures("P")[0]) == "P"  # ir-measures' own name wins where both read a name
+
+
+@pytest.mark.parametrize("name, message", [
+    ("MAPP", "unknown measure 'MAPP'; closest known name: 'MAP' (AP)"),
+    ("ndcg_cu_10", "unknown measure 'ndcg_cu_10'; closest known name: 'ndcg_cut_10' (nDCG@10)"),
+    ("nDGC@10", "unknown measure 'nDGC@10'; closest known name: 'nDCG@10'"),
+    ("recip_rnak", "closest known name: 'recip_rank' (RR)"),
+    ("P_10x", "unknown measure 'P_10x'"),  # ir-measures' trec parser alone would read it as P@10
+    ("official", "'official' is a trec_eval measure set, not a measure"),
+    ("gm_map", "'gm_map' is a trec_eval measure that ir-measures does not compute"),
+    ("map_10", "bad measure 'map_10'"),
+    ("AP(foo=1)", "bad measure 'AP(foo=1)': no parameter 'foo' (it takes cutoff, judged_only, rel)"),
+    ("R@{k}", "{k} stands for the ranking depth"),
+])
+def test_bad_measure_names_are_config_errors_with_the_closest_name(name, message):
+    with pytest.raises(ConfigError) as error:
+        ev.parse_measures(f"AP {name}")
+    assert message in str(error.value)
+
+
+def test_one_default_metric_set_for_run_and_evaluate():
+    from pipeline import config
+
+    assert ev.DEFAULT_MEASURES == config.DEFAULT_METRICS == "AP nDCG@10 P@30 R@{k}"
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
+def test_delta_figure_has_one_panel_per_measure_titled_with_mean_delta_and_pvalue(tmp_path):
+    qrels, runs = synthetic_runs(12)
+    comparison = ev.compare(runs, qrels, "AP P@3 nDCG@10", baseline="base", correction="bonferroni")
+    figure = ev.delta_figure_object(comparison)
+    assert len(figure.axes) == 3
+    base = comparison.evaluation("base")
+    for axis, measure in zip(figure.axes, ["AP", "P@3", "nDCG@10"]):
+        title = axis.get_title(loc="left")
+        assert title.startswith(f"{measure}: per-query delta vs base")
+        for name in ("better", "same"):
+            run = comparison.evaluation(name)
+            mean = sum(run.per_query[measure][q] - base.per_query[measure][q] for q in base.per_query[measure]) / 12
+            assert f"{name}: mean delta {mean:+.4f}, p={comparison.pvalues[name][measure]:.3g}" in title
+        assert len(axis.get_lines()) >= 2  # one line per compared run (plus the zero line)
+    assert comparison.pvalues["better"]["AP"] < comparison.alpha and "p=" in figure.axes[0].get_title(loc="left")
+    assert "*" in figure.axes[0].get_title(loc="left").split("better:")[1].split("\n")[0]
+
+
+def test_delta_figure_with_one_compared_run_draws_a_bar_per_query(tmp_path):
+    import matplotlib.image
+
+    qrels, runs = synthetic_runs(10)
+    comparison = ev.compare({"base": runs["base"], "better": runs["better"]}, qrels, "AP P@3", baseline="base")
+    figure = ev.delta_figure_object(comparison)
+    assert [len(axis.patches) for axis in figure.axes] == [10, 10]
+    ap = comparison.evaluation("better").aggregate["AP"] - comparison.evaluation("base").aggregate["AP"]
+    assert comparison.mean_delta("better", "AP") == pytest.approx(ap)  # every query paired: delta of the means
+    assert f"mean delta {ap:+.4f}" in figure.axes[0].get_title(loc="left")
+    # the saved PNG holds every panel: two measures are about twice as tall as one
+    one = matplotlib.image.imread(ev.delta_figure(comparison, tmp_path / "one.png", "AP"))
+    two = matplotlib.image.imread(ev.delta_figure(comparison, tmp_path / "two.png"))
+    assert two.shape[1] == one.shape[1] and two.shape[0] > 1.8 * one.shape[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.png", "two.png"]  # no temporary files left
+    with pytest.raises(PipelineError, match="not among the evaluated"):
+        ev.delta_figure_object(comparison, ["nDCG@10"])
+
+
+def test_report_json_has_mean_deltas_and_sources(tmp_path):
+    qrels, runs = synthetic_runs(6)
+    comparison = ev.compare(runs, qrels, "AP", baseline="base")
+    comparison.sources = {"base": "runs/base.run"}
+    report = json.loads(ev.save_report(comparison, tmp_path, "r")["json"].read_text())
+    assert report["runs"]["better"]["mean_delta"]["AP"] == pytest.approx(comparison.mean_delta("better", "AP"))
+    assert report["runs"]["same"]["mean_delta"] == {"AP": 0.0}
+    assert "mean_delta" not in report["runs"]["base"] and report["runs"]["base"]["source"] == "runs/base.run"
+
+
+# ------------------------------------------------------------------------------------- run labels
+
+
+def test_run_labels_tell_same_named_files_apart_by_their_nearest_folders(tmp_path):
+    assert ev.run_labels(["runs/a/x.run", "runs/b/x.run", "y.run"]) == ["a/x", "b/x", "y"]
+    # a/x would still clash between runs/a and other/a: those two take one more folder, b/x does not
+    assert ev.run_labels(["runs/a/x.run", "runs/b/x.run", "other/a/x.run"]) == ["runs/a/x", "b/x", "other/a/x"]
+    assert ev.run_labels(["d/x.run", "d/x.txt"]) == ["d/x.run", "d/x.txt"]  # no folder tells them apart
+    assert ev.run_labels(["x.run", "./x.run"]) == ["x", "x (2)"]  # the same file twice
+    assert ev.run_labels([str(tmp_path / "x.run"), "/x.run"]) == [f"{tmp_path.name}/x", "/x.run"]
+
+
+# ---------------------------------------------------------------------------------- command line
+
+
+def write_eval_files(tmp_path):
+    """qrels for 6 queries, a baseline ranking the relevant document second and a better run ranking it
+    first on 5 of them, both named ``x.run`` in two folders, and a third run ``y.run`` (reversed baseline)."""
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("".join(f"{q} 0 d{q}a 1\n{q} 0 d{q}b 0\n{q} 0 d{q}c 0\n" for q in range(1, 7)))
+    paths = {"base": tmp_path / "runs" / "base" / "x.run", "good": tmp_path / "runs" / "good" / "x.run",
+             "y": tmp_path / "runs" / "y.run"}
+    orders = {"base": "bac", "good": "abc", "y": "cab"}
+    for key, path in paths.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for q in range(1, 7):
+            order = "bac" if key == "good" and q == 6 else orders[key]
+            lines += [f"{q} Q0 d{q}{d} {r} {10 - r} t\n" for r, d in enumerate(order, 1)]
+        path.write_text("".join(lines))
+    return qrels, paths
+
+
+def table_rows(text):
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_evaluate_cli_labels_same_named_runs_by_folder_and_draws_every_measure(tmp_path, capsys):
+    from pipeline.evaluate import main
+
+    qrels, paths = write_eval_files(tmp_path)
+    out = tmp_path / "eval"
+    argv = [str(paths["base"]), str(paths["good"]), str(paths["y"]), "--qrels", str(qrels),
+            "--baseline", str(paths["base"]), "--metrics", "map P_1 recip_rank", "--output-dir", str(out)]
+    assert main(argv) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[0] == "| run | AP | P@1 | RR |"  # trec_eval names in, canonical names out
+    assert rows[2].startswith("| base/x (baseline) | 0.5000 | 0.0000 | 0.5000 |")
+    assert rows[3].startswith("| good/x | 0.9167") and rows[4].startswith("| y |")
+    report = json.loads((out / "evaluation.json").read_text())
+    assert set(report["runs"]) == {"base/x", "good/x", "y"}
+    assert report["runs"]["good/x"]["source"] == str(paths["good"])
+    assert sorted(p.name for p in out.iterdir()) == ["evaluation.json", "evaluation.md", "evaluation.png"]
+
+
+def test_evaluate_cli_names_label_runs_and_the_baseline_may_be_a_name(tmp_path, capsys):
+    from pipeline.evaluate import main
+
+    qrels, paths = write_eval_files(tmp_path)
+    argv = [str(paths["base"]), str(paths["good"]), "--qrels", str(qrels), "--metrics", "AP",
+            "--names", "BM25", "KNRM", "--baseline", "BM25"]
+    assert main(argv) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[2].startswith("| BM25 (baseline) | 0.5000 |") and rows[3].startswith("| KNRM | 0.9167")
+    # the baseline as a file name still works
+    assert main(argv[:-1] + [str(paths["base"])]) == 0
+    assert "| BM25 (baseline) |" in capsys.readouterr().out
+
+
+def test_evaluate_cli_default_metrics_are_pipeline_runs(tmp_path, capsys):
+    from pipeline.evaluate import main
+
+    qrels, paths = write_eval_files(tmp_path)
+    assert main([str(paths["base"]), "--qrels", str(qrels)]) == 0
+    # R@{k}: k is the deepest ranking, 3 documents per query here
+    assert table_rows(capsys.readouterr().out)[0] == "| run | AP | nDCG@10 | P@30 | R@3 |"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--names", "A", "A"], "error: --names 'A' is given twice; each run needs its own name"),
+    (["--names", "A"], "error: --names gives 1 name(s) for 2 run(s); give one per run, in the same order"),
+    (["--names", "A", "B", "C"], "error: --names gives 3 name(s) for 2 run(s)"),
+    (["--names", "A", "a|b"], "error: --names 'a|b': a name may not hold '|'"),
+    (["--baseline", "z.run"], "error: --baseline 'z.run' is not one of the runs; give one of the run files or its label (base/x, good/x)"),
+    (["--baseline", "x.run"], "error: --baseline 'x.run' is not one of the runs"),  # two runs are x.run
+    (["--metrics", "AP MAPP"], "error: unknown measure 'MAPP'; closest known name: 'MAP' (AP)"),
+])
+def test_evaluate_cli_bad_names_baselines_and_metrics_are_one_error_line(tmp_path, capsys, extra, message):
+    from pipeline.evaluate import main
+
+    qrels, paths = write_eval_files(tmp_path)
+    out = tmp_path / "eval"
+    assert main([str(paths["base"]), str(paths["good"]), "--qrels", str(qrels), "--output-dir", str(out), *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(message) and captured.err.count("\n") == 1 and captured.out == ""
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_evaluate_cli_with_a_dataset_uses_its_recipe_metrics(tmp_path, capsys, data_root):
+    from pipeline.evaluate import main
+
+    run = data_root / "trec-microblog-hcan" / "trec-2014" / "id.txt"
+    assert main([str(run), "--dataset", "microblog", "--split", "2014", "--names", "QL"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[0] == "| run | AP | P@30 |"  # the recipe's metrics, as pipeline.run prints them
+    assert rows[2] == "| QL | %.4f | %.4f |" % MICROBLOG_QL["2014"]

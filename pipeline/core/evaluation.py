@@ -1,16 +1,21 @@
 """Evaluation of TREC runs with ir-measures: aggregates, per-query values, paired significance tests against a
 baseline with multiple-testing correction, a Markdown table, a JSON report and a per-query delta figure.
 
-Measures use ir-measures' syntax (``AP nDCG@10 P@30 RR@10 R@1000``, ``AP(rel=2)``). The qrels define the
-query set: a judged query that a run does not answer counts 0 (ir-measures' behaviour, like
-``trec_eval -c``), so restrict the qrels to the queries you ran. Significance tests pair the queries both
-runs are scored on. The command line is ``python -m pipeline.evaluate``.
+Measures use ir-measures' syntax (``AP nDCG@10 P@30 RR@10 R@1000``, ``AP(rel=2)``); trec_eval's names are
+accepted too (``map P_10 P.10 ndcg_cut_10 recip_rank recall_100 Rprec bpref``, :func:`parse_measures`) and
+reported under ir-measures' canonical names. The qrels define the query set: a judged query that a run does
+not answer counts 0 (ir-measures' behaviour, like ``trec_eval -c``), so restrict the qrels to the queries you
+ran. Significance tests pair the queries both runs are scored on. The command line is
+``python -m pipeline.evaluate``.
 """
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -20,26 +25,146 @@ from .errors import ConfigError, PipelineError
 from .records import Qrel, Run, ScoredDoc
 from .trec import natural_key
 
-DEFAULT_MEASURES = "AP nDCG@10 P@10 R@1000"
+#: The metrics of ``pipeline.run`` (when the dataset's recipe names none) and of ``pipeline.evaluate`` (when
+#: neither ``--metrics`` nor a dataset recipe names any): one constant, so the two commands print the same
+#: columns. ``{k}`` is the depth: ``pipeline.run``'s ``--k``, ``pipeline.evaluate``'s deepest run.
+DEFAULT_MEASURES = "AP nDCG@10 P@30 R@{k}"
+
+#: what an unknown-measure error lists as examples of the two accepted spellings
+MEASURE_EXAMPLES = "ir-measures names such as AP nDCG@10 P@30 RR R@1000, or trec_eval names such as map ndcg_cut_10 P_10 recip_rank"
 
 
 def parse_measures(spec: str | Sequence) -> list:
-    """ir-measures Measure objects from ``"AP nDCG@10"`` (or a list of names / Measure objects)."""
-    import ir_measures
+    """ir-measures Measure objects from ``"AP nDCG@10"`` (or a list of names / Measure objects).
 
+    Each name is ir-measures' (``AP``, ``nDCG@10``, ``AP(rel=2)``) or trec_eval's (``map``, ``P_10``,
+    ``P.10``, ``ndcg_cut_10``, ``recip_rank``, ``recall_100``, ``bpref``; ``P_5,10`` gives two measures),
+    read by ir-measures' own parsers (:func:`parse_measure_name`). A measure named twice (``map AP``) is kept
+    once, in its first place. An unknown name is a :class:`ConfigError` naming it and the closest known name.
+    """
     items = spec.split() if isinstance(spec, str) else list(spec)
-    measures = []
+    measures: list = []
+    seen: set[str] = set()
     for item in items:
-        if not isinstance(item, str):
-            measures.append(item)
-            continue
-        try:
-            measures.append(ir_measures.parse_measure(item))
-        except (ValueError, NameError, SyntaxError) as error:
-            raise ConfigError(f"unknown measure {item!r} ({error}); examples: AP nDCG@10 P@30 RR@10 R@1000") from None
+        # aliases make repeats likely (``map AP``): one column per measure, not two columns with one key
+        for measure in parse_measure_name(item) if isinstance(item, str) else [item]:
+            if str(measure) not in seen:
+                seen.add(str(measure))
+                measures.append(measure)
     if not measures:
         raise ConfigError("no measures given")
     return measures
+
+
+def canonical_measures(spec: str | Sequence) -> str:
+    """The measures of ``spec`` as ir-measures' canonical names, space-separated (``"map P_10"`` ->
+    ``"AP P@10"``): what code that hands one name to ir-measures directly should be given."""
+    return " ".join(str(m) for m in parse_measures(spec))
+
+
+def parse_measure_name(name: str) -> list:
+    """The measures one name stands for: ir-measures' syntax first (``AP``, ``nDCG@10``, ``AP(rel=2)``),
+    then trec_eval's (``ir_measures.parse_trec_measure``: ``map`` -> AP, ``P_10``/``P.10`` -> P@10, ``recall``
+    -> R at trec_eval's nine cutoffs, as ``trec_eval -m recall`` prints them). Raises :class:`ConfigError`."""
+    measures = read_measure_name(name)
+    if measures is None:
+        raise ConfigError(f"unknown measure {name!r}; closest known name: {closest_measure(name)} ({MEASURE_EXAMPLES})")
+    return measures
+
+
+def read_measure_name(name: str) -> list | None:
+    """:func:`parse_measure_name` without the suggestion: the measures, or ``None`` for a name neither
+    ir-measures nor trec_eval knows; a known name with bad parameters is a :class:`ConfigError`."""
+    import ir_measures
+    import pytrec_eval
+
+    try:
+        measure = ir_measures.parse_measure(name)
+    except (ValueError, NameError, SyntaxError, TypeError) as error:
+        native_error = error
+    else:
+        # ir-measures builds AP(foo=1) and fails later, with a bare KeyError, when the measure is printed
+        unknown = sorted(set(measure.params) - set(measure.SUPPORTED_PARAMS))
+        if unknown:
+            raise ConfigError(f"bad measure {name!r}: no parameter {unknown[0]!r} "
+                              f"(it takes {', '.join(sorted(measure.SUPPORTED_PARAMS))})")
+        return [measure]
+    if name in pytrec_eval.supported_nicknames:
+        raise ConfigError(f"{name!r} is a trec_eval measure set, not a measure; name its measures ({MEASURE_EXAMPLES})")
+    if is_trec_name(name):
+        try:
+            return list(ir_measures.parse_trec_measure(name))
+        except ValueError as error:
+            if "not yet supported" in str(error):
+                raise ConfigError(f"measure {name!r} is a trec_eval measure that ir-measures does not compute; "
+                                  f"choose another ({MEASURE_EXAMPLES})") from None
+            raise ConfigError(f"bad measure {name!r}: {error}") from None  # map_10: map takes no cutoff
+    if "{k}" in name:
+        raise ConfigError(f"bad measure {name!r}: {{k}} stands for the ranking depth and is replaced before parsing")
+    if split_measure_name(name)[0] in ir_measures.measures.registry:
+        # the name is known, its parameters or cutoff are not: ir-measures' own message says what is wrong
+        raise ConfigError(f"bad measure {name!r}: {native_error}")
+    return None
+
+
+def is_trec_name(name: str) -> bool:
+    """Whether ``name`` is spelt as a trec_eval measure: a trec_eval name, alone or with parameters
+    (``P_10``, ``P.5,10``, ``iprec_at_recall_0.10``). Checked here because ir-measures' trec_eval parser
+    matches a prefix only and would read ``P_10x`` as P@10."""
+    import pytrec_eval
+
+    bases = "|".join(re.escape(m) for m in sorted(pytrec_eval.supported_measures, key=len, reverse=True))
+    return re.fullmatch(rf"(?:{bases})(?:[._]\d+(?:\.\d+)?(?:,\d+(?:\.\d+)?)*)?", name) is not None
+
+
+def split_measure_name(name: str) -> tuple[str, str]:
+    """A measure name's head and the rest: ``nDCG@10`` -> (``nDCG``, ``@10``), ``AP(rel=2)`` -> (``AP``,
+    ``(rel=2)``), ``ndcg_cut_10`` -> (``ndcg_cut``, ``_10``), ``P.5,10`` -> (``P``, ``.5,10``)."""
+    head = re.split(r"[@(]", name, maxsplit=1)[0]
+    rest = name[len(head):]
+    cutoff = re.search(r"[._]\d[\d.,]*$", head)  # trec_eval's parameters: meas_p1 / meas.p1,p2
+    if cutoff and cutoff.start() > 0:
+        head, rest = head[: cutoff.start()], head[cutoff.start():] + rest
+    return head, rest
+
+
+@functools.lru_cache(maxsize=1)
+def known_measure_names() -> tuple[str, ...]:
+    """Every measure name accepted alone: ir-measures' registry and the trec_eval names ir-measures computes."""
+    import ir_measures
+    import pytrec_eval
+
+    names = set(ir_measures.measures.registry)
+    for trec_name in pytrec_eval.supported_measures:
+        try:
+            ir_measures.parse_trec_measure(trec_name)
+        except ValueError:  # a trec_eval measure ir-measures does not compute: not worth suggesting
+            continue
+        names.add(trec_name)
+    return tuple(sorted(names))
+
+
+def closest_measure(name: str) -> str:
+    """The known measure name closest to ``name`` (its head compared case-insensitively, its cutoff kept when
+    the result parses), quoted, with the canonical measure it stands for when that is spelt differently."""
+    head, rest = split_measure_name(name)
+
+    def similarity(candidate: str) -> tuple[float, float]:
+        # case-insensitive first (MAPP is closest to map / MAP), the exact case breaks ties
+        return (difflib.SequenceMatcher(None, head.lower(), candidate.lower()).ratio(),
+                difflib.SequenceMatcher(None, head, candidate).ratio())
+
+    best = max(known_measure_names(), key=similarity)
+    for suggestion in (best + rest, best):
+        try:
+            measures = read_measure_name(suggestion)
+        except ConfigError:  # the cutoff does not fit the suggested name (``map_10``): suggest the name alone
+            continue
+        if measures is None:
+            continue
+        canonical = " ".join(str(m) for m in measures)
+        return repr(suggestion) + (f" ({canonical})" if canonical != suggestion else "")
+    return repr(best)
 
 
 @dataclass
@@ -97,20 +222,48 @@ class Comparison:
     # pvalues[run_name][measure] (corrected across the compared runs, per measure)
     pvalues: dict[str, dict[str, float]] = field(default_factory=dict)
     paired_queries: dict[str, int] = field(default_factory=dict)
+    #: where each run came from (its file), by name, when the caller knows it: names may be labels
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def evaluation(self, name: str) -> Evaluation:
+        """The evaluation of the run called ``name``."""
+        for evaluation in self.evaluations:
+            if evaluation.name == name:
+                return evaluation
+        raise PipelineError(f"no run {name!r} among {[e.name for e in self.evaluations]}")
+
+    def deltas(self, name: str, measure: str) -> dict[str, float]:
+        """Per query, run ``name`` minus the baseline on ``measure``, over the queries both are scored on
+        (the queries the paired test uses), in natural query order."""
+        if self.baseline is None:
+            raise PipelineError("per-query deltas need a baseline run")
+        base, run = self.evaluation(self.baseline).per_query[measure], self.evaluation(name).per_query[measure]
+        return {q: run[q] - base[q] for q in sorted(set(base) & set(run), key=natural_key)}
+
+    def mean_delta(self, name: str, measure: str) -> float:
+        """The mean of :meth:`deltas` (NaN without paired queries)."""
+        deltas = list(self.deltas(name, measure).values())
+        return sum(deltas) / len(deltas) if deltas else float("nan")
 
     def to_json(self) -> dict:
-        """Everything as plain JSON (aggregates, per-query values, p-values, test settings)."""
+        """Everything as plain JSON (aggregates, per-query values, p-values, mean deltas against the baseline,
+        test settings, each run's file when known)."""
+        runs = {}
+        for e in self.evaluations:
+            entry = {"aggregate": e.aggregate, "per_query": e.per_query, "pvalues": self.pvalues.get(e.name, {}),
+                     "paired_queries": self.paired_queries.get(e.name)}
+            if self.baseline is not None and e.name != self.baseline:
+                entry["mean_delta"] = {m: self.mean_delta(e.name, m) for m in self.measures}
+            if e.name in self.sources:
+                entry["source"] = self.sources[e.name]
+            runs[e.name] = entry
         return {
             "measures": self.measures,
             "baseline": self.baseline,
             "test": self.test,
             "correction": self.correction,
             "alpha": self.alpha,
-            "runs": {
-                e.name: {"aggregate": e.aggregate, "per_query": e.per_query, "pvalues": self.pvalues.get(e.name, {}),
-                         "paired_queries": self.paired_queries.get(e.name)}
-                for e in self.evaluations
-            },
+            "runs": runs,
         }
 
     def markdown(self) -> str:
@@ -182,39 +335,67 @@ def compare(
     return comparison
 
 
-def delta_figure(comparison: Comparison, path: str | os.PathLike, measure: str | None = None) -> Path:
-    """Per-query delta bars (run minus baseline, sorted) for one measure, one panel per compared run."""
-    import matplotlib
+def delta_figure_object(comparison: Comparison, measures: str | Sequence[str] | None = None):
+    """A matplotlib Figure of per-query deltas against the baseline: one panel per measure (every measure of
+    the comparison by default), each query's delta sorted from best to worst for every compared run (green /
+    red bars for one run, one coloured line per run for several), titled with each run's mean delta and its
+    p-value (corrected, as in the table; ``*`` below alpha) and how many queries it wins and loses.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Built on :class:`matplotlib.figure.Figure`, not pyplot: no global backend is switched (a notebook keeps
+    its own) and nothing needs closing."""
+    from matplotlib.figure import Figure
 
     if comparison.baseline is None:
         raise PipelineError("a delta figure needs a baseline run")
-    measure = measure or comparison.measures[0]
-    base = next(e for e in comparison.evaluations if e.name == comparison.baseline)
-    others = [e for e in comparison.evaluations if e.name != comparison.baseline]
-    figure, axes = plt.subplots(len(others), 1, figsize=(10, 2.6 * max(1, len(others))), squeeze=False)
-    for axis, evaluation in zip(axes[:, 0], others):
-        common = set(base.per_query[measure]) & set(evaluation.per_query[measure])
-        deltas = sorted((evaluation.per_query[measure][q] - base.per_query[measure][q] for q in common), reverse=True)
-        colours = ["tab:green" if d > 0 else "tab:red" for d in deltas]
-        axis.bar(range(len(deltas)), deltas, color=colours, width=1.0)
+    measures = [measures] if isinstance(measures, str) else list(measures or comparison.measures)
+    for measure in measures:
+        if measure not in comparison.measures:
+            raise PipelineError(f"measure {measure!r} is not among the evaluated ones {comparison.measures}")
+    others = [e.name for e in comparison.evaluations if e.name != comparison.baseline]
+    if not others:
+        raise PipelineError("a delta figure needs a run besides the baseline")
+    # each panel: its plot plus one title line per compared run
+    panel_height = 2.0 + 0.2 * (len(others) + 1)
+    figure = Figure(figsize=(10, panel_height * len(measures)), layout="constrained")
+    axes = figure.subplots(len(measures), 1, squeeze=False)[:, 0]
+    colours = [f"C{i % 10}" for i in range(len(others))]
+    for axis, measure in zip(axes, measures):
+        lines = [f"{measure}: per-query delta vs {comparison.baseline}, sorted "
+                 f"(p: paired {comparison.test}, {comparison.correction}-corrected)"]
+        for name, colour in zip(others, colours):
+            deltas = sorted(comparison.deltas(name, measure).values(), reverse=True)
+            if len(others) == 1:
+                axis.bar(range(len(deltas)), deltas, width=1.0,
+                         color=["tab:green" if d > 0 else "tab:red" for d in deltas])
+            else:
+                axis.step(range(len(deltas)), deltas, where="mid", color=colour, linewidth=1.3, label=name)
+            p = comparison.pvalues.get(name, {}).get(measure, float("nan"))
+            star = "*" if p < comparison.alpha else ""
+            wins, losses = sum(d > 0 for d in deltas), sum(d < 0 for d in deltas)
+            lines.append(f"{name}: mean delta {comparison.mean_delta(name, measure):+.4f}, p={p:.3g}{star} "
+                         f"({wins} better, {losses} worse of {len(deltas)})")
         axis.axhline(0, color="black", linewidth=0.6)
-        wins, losses = sum(d > 0 for d in deltas), sum(d < 0 for d in deltas)
-        axis.set_title(f"{evaluation.name} vs {base.name}: {measure} per query ({wins} better, {losses} worse)", fontsize=9)
+        axis.set_title("\n".join(lines), fontsize=8, loc="left")
         axis.set_ylabel(f"delta {measure}")
         axis.set_xticks([])
-    figure.tight_layout()
+        if len(others) > 1:
+            axis.legend(fontsize=7, loc="upper right")
+    axes[-1].set_xlabel("queries, sorted by delta")
+    return figure
+
+
+def delta_figure(comparison: Comparison, path: str | os.PathLike, measures: str | Sequence[str] | None = None) -> Path:
+    """Write :func:`delta_figure_object` (one panel per measure, all of them by default) as a PNG, atomically."""
+    figure = delta_figure_object(comparison, measures)
     path = Path(path)
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=110)
-    plt.close(figure)
     return path
 
 
 def save_report(comparison: Comparison, output_dir: str | os.PathLike, stem: str, figure: bool = True) -> dict[str, Path]:
-    """Write ``<stem>.md``, ``<stem>.json`` and (with a baseline) ``<stem>.png`` atomically; returns the paths."""
+    """Write ``<stem>.md``, ``<stem>.json`` and (with a baseline) ``<stem>.png`` (one panel per measure)
+    atomically; returns the paths."""
     output_dir = Path(output_dir)
     paths = {"markdown": output_dir / f"{stem}.md", "json": output_dir / f"{stem}.json"}
     with atomic_write(paths["markdown"]) as handle:
@@ -233,3 +414,42 @@ def run_name(path: str | os.PathLike) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def run_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """Distinct display names for run files, in order: :func:`run_name` where it is unique, else the file name
+    prefixed with as few parent folders as tell it apart from the runs sharing its name (``runs/a/x.run`` and
+    ``runs/b/x.run`` -> ``a/x`` and ``b/x``). Files no folder tells apart (``x.run`` and ``x.txt`` in one
+    folder) keep their path as given, and the same file given twice is numbered (``x``, ``x (2)``)."""
+    files = [Path(os.path.abspath(p)) for p in paths]
+    parents = [f.parent.parts[1:][::-1] for f in files]  # nearest folder first, the root left out
+    depth = [0] * len(paths)
+
+    def label(i: int) -> str:
+        return "/".join([*reversed(parents[i][: depth[i]]), run_name(paths[i])])
+
+    exhausted: set[int] = set()
+    while True:
+        groups: dict[str, list[int]] = {}
+        for i in range(len(paths)):
+            if i not in exhausted:
+                groups.setdefault(label(i), []).append(i)
+        clashing = [i for group in groups.values() if len(group) > 1 for i in group]
+        if not clashing:
+            break
+        # labels of different depths hold different numbers of "/", so only equal depths can clash
+        for i in clashing:
+            if depth[i] < len(parents[i]):
+                depth[i] += 1
+            else:
+                exhausted.add(i)
+    # the same file twice: its name, numbered below; two files no folder tells apart: their paths as given
+    repeated = {f for f in files if files.count(f) > 1}
+    labels = [label(i) if i not in exhausted else run_name(paths[i]) if files[i] in repeated else str(paths[i])
+              for i in range(len(paths))]
+    seen: dict[str, int] = {}
+    for i, text in enumerate(labels):
+        seen[text] = seen.get(text, 0) + 1
+        if seen[text] > 1:
+            labels[i] = f"{text} ({seen[text]})"
+    return labels
