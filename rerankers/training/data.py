@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from tqdm.auto import tqdm
+
 from pipeline.core.datasets import Dataset
 from pipeline.core.records import Doc, Qrel, Query, Run, ScoredDoc, ranked
 
@@ -46,6 +48,10 @@ class RankingData:
         return [Qrel(q, d, r) for q, docs in self.qrels.items() for d, r in docs.items()]
 
 
+#: pairs scored per call by :func:`rerank_candidates` (as ``pipeline.stages.RERANK_CHUNK_PAIRS``)
+EVALUATION_CHUNK_PAIRS = 4096
+
+
 def rerank_candidates(reranker, data: RankingData, depth: int = 0) -> Run:
     """Score every query's candidates in ``data`` with ``reranker`` (only the top ``depth`` by first-stage
     score when ``depth`` > 0: a cheaper dev metric on long candidate lists). A re-ranker with ``score_many``
@@ -58,9 +64,22 @@ def rerank_candidates(reranker, data: RankingData, depth: int = 0) -> Run:
         heads[query_id] = hits
     items = [(data.queries[q], [data.docs[h.doc_id] for h in hits]) for q, hits in heads.items()]
     score_many = getattr(reranker, "score_many", None)
-    if score_many is not None:
-        scored = score_many(items)
-    else:
-        scored = [reranker.score(query, docs) for query, docs in items]
+    # chunks of about EVALUATION_CHUNK_PAIRS pairs, so a long dev evaluation shows its progress
+    chunks, pairs = [[]], 0
+    for item in items:
+        if chunks[-1] and pairs + len(item[1]) > EVALUATION_CHUNK_PAIRS:
+            chunks.append([])
+            pairs = 0
+        chunks[-1].append(item)
+        pairs += len(item[1])
+    scored = []
+    with tqdm(total=len(items), desc="dev evaluation", unit="query", leave=False,
+              disable=None if len(chunks) > 1 else True) as bar:
+        for chunk in chunks:
+            if score_many is not None:
+                scored.extend(score_many(chunk))
+            else:
+                scored.extend(reranker.score(query, docs) for query, docs in chunk)
+            bar.update(len(chunk))
     return {query_id: [ScoredDoc(query_id, h.doc_id, float(s)) for h, s in zip(hits, scores)]
             for (query_id, hits), scores in zip(heads.items(), scored)}
