@@ -21,7 +21,7 @@ from indexes import available as first_stage_names
 from rerankers import available as reranker_names
 
 from .core.errors import ConfigError
-from .core.evaluation import parse_measures
+from .core.evaluation import DEFAULT_MEASURES, parse_measures
 from .core.home import runs_root
 from .core.options import build_config, parse_overrides
 from .core.names import safe_name
@@ -29,7 +29,7 @@ from .core.names import safe_name
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
 DEFAULT_DATASET = "microblog"
 #: metrics when neither the config nor the dataset's recipe names any (the first is the main one)
-DEFAULT_METRICS = "AP nDCG@10 P@30 R@{k}"
+DEFAULT_METRICS = DEFAULT_MEASURES  # one default set for pipeline.run and pipeline.evaluate
 #: characters a run name may hold besides letters and digits (``+`` as in ``bm25+rm3``)
 RUN_NAME_CHARACTERS = "._+-"
 STEMMERS = ("porter", "krovetz", "none")

@@ -12,7 +12,7 @@ from indexes import resolve_first_stage
 from .config import DEFAULT_METRICS, RunConfig, parse_interpolation
 from .core.datasets import Dataset
 from .core.errors import ConfigError
-from .core.evaluation import parse_measures
+from .core.evaluation import canonical_measures, parse_measures
 from .core.options import parse_overrides
 from .fitting import untrained_reranker
 
@@ -50,7 +50,7 @@ def metric_list(config: RunConfig, dataset: Dataset, k: int) -> str:
         parse_measures(metrics)
     except ConfigError as error:
         raise ConfigError(f"{source} {metrics!r}: {error}") from None
-    return metrics
+    return canonical_measures(metrics)  # trec_eval names (map, P_10 ...) as ir-measures names
 
 
 def interpolation(config: RunConfig, dataset: Dataset) -> str | float | None:

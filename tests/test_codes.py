@@ -641,7 +641,7 @@ def test_unknown_options_are_clear_errors(dataset):
         CodeOptions(kind="codes", dim=12)
     assert CodeOptions(kind="colbert", dim=12).dim == 12
     with pytest.raises(PipelineError, match="unknown index type"):
-        CodeOptions(index_type="ivf")
+        CodeOptions(index_type="ivfpq")
     with pytest.raises(PipelineError, match="unknown first stage 'codez'"):
         make_first_stage("codez", dataset)
 

@@ -173,7 +173,7 @@ def test_run_pipeline_leaves_its_config_alone_and_still_takes_a_namespace(monkey
     result = run_pipeline(config)
     assert config == RunConfig(dataset="toy", first_stage="shipped", output_dir=tmp_path / "a", metrics="AP")
     assert config.k is None  # the depth the run used (1000) is not written back
-    assert result.run_path == tmp_path / "a" / "toy-shipped.run" and len(result.run) == 9
+    assert result.run_path == tmp_path / "a" / "toy-all-shipped.run" and len(result.run) == 9
     # for one release: parsed command-line arguments, as benchmarks/reproduce.py passes them
     namespace = build_parser().parse_args(["--dataset", "toy", "--first-stage", "shipped", "--metrics", "AP",
                                            "--output-dir", str(tmp_path / "b")])
@@ -345,3 +345,10 @@ def test_runs_of_different_settings_never_share_a_name(tmp_path):
     two, three = (name("--first-stage", "shipped", "--reranker", "knrm", "--set", f"epochs={e}") for e in (2, 3))
     assert two != three and two.startswith("toy-shipped-knrm-set.")
     assert name("--first-stage", "shipped", "--reranker", "knrm", "--name", "mine") == "mine"
+
+
+def test_trec_eval_metric_names_reach_the_run_as_ir_measures_names():
+    from pipeline.plan import plan_run
+
+    plan = plan_run(parse_config(["--dataset", "toy", "--reranker", "knrm", "--metrics", "map P_10"]), toy_dataset())
+    assert plan.metrics == "AP P@10" and plan.main_metric == "AP"   # the interpolation weight is tuned on AP
