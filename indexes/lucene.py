@@ -11,9 +11,11 @@ into place when complete, so an interrupted build leaves nothing that looks like
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -113,7 +115,8 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
         if options.keep_stopwords:
             args.append("-keepStopwords")
         log.info("indexing %d docs of %s into %s", count, dataset.name, path)
-        anserini_class("io.anserini.index.IndexCollection").main(args)
+        with index_progress(temp / "lucene", f"indexing {dataset.name}"):
+            anserini_class("io.anserini.index.IndexCollection").main(args)
         (collection / "docs.jsonl").unlink()
         collection.rmdir()
         if not (temp / "lucene").is_dir():
@@ -205,6 +208,34 @@ class BM25Retriever:
     def close(self) -> None:
         """Release the Lucene reader."""
         self._searcher.close()
+
+
+@contextlib.contextmanager
+def index_progress(folder: Path, description: str, interval: float = 0.5):
+    """A progress bar of the bytes Lucene has written into ``folder`` while the ``with`` body runs (Anserini's
+    indexing is one Java call that reports nothing to Python; the bytes written show that it moves)."""
+    from tqdm.auto import tqdm
+
+    stop = threading.Event()
+    bar = tqdm(desc=description, unit="B", unit_scale=True, leave=False)
+
+    def watch():
+        while not stop.wait(interval):
+            try:
+                written = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+            except OSError:  # files come and go while Lucene merges segments
+                continue
+            bar.n = written
+            bar.refresh()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+        bar.close()
 
 
 def external_index_dir(path: Path) -> Path:
