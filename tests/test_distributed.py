@@ -112,3 +112,55 @@ def test_scoring_under_torchrun_writes_the_run_one_process_writes_byte_for_byte(
     assert runs and runs == sorted(p.name for p in (tmp_path / "two").glob("*.run"))   # alone and combined
     for name in runs:
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+
+
+RESUMABLE = """
+import logging, sys, torch
+logging.basicConfig(level=logging.INFO)
+from pipeline.core.datasets import load_local
+from pipeline.fitting import train_fold
+from pipeline.protocols import make_protocol
+from rerankers.training import distributed
+from rerankers.training.loop import Trainer
+from tests.test_framework import TINY
+
+mode, data, model, out = sys.argv[1:5]
+if mode == "interrupt":  # rank 0 dies right after writing epoch 2's training state
+    save_state = Trainer.save_state
+    def save_then_die(self, path, state):
+        save_state(self, path, state)
+        if state["epoch"] == 2:
+            raise SystemExit(3)
+    Trainer.save_state = save_then_die
+distributed.init_from_environment()
+torch.set_num_threads(1)
+dataset = load_local(data)
+fold = make_protocol(dataset, None, 7)[0]
+options = {**TINY, "epochs": 4, "patience": 10, "dropout": 0.0, "schedule": "linear", "warmup": 0.2, "batch_size": 8}
+reranker, report = train_fold("hcan", dataset, fold, dataset.first_stage, options, 7, __import__("pathlib").Path(model))
+if distributed.is_main():
+    torch.save({"state": reranker.module.state_dict(), "losses": [e.loss for e in report.epochs]}, out)
+distributed.shutdown()
+"""
+
+
+def test_an_interrupted_torchrun_training_resumes_from_rank_0s_state_to_the_same_weights(pairs, tmp_path):
+    script = tmp_path / "resumable.py"
+    script.write_text(RESUMABLE)
+
+    def torchrun(mode, model, out):
+        return run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+                    str(script), mode, str(pairs), str(tmp_path / model), str(tmp_path / out)], tmp_path)
+
+    whole = torchrun("full", "whole.pt", "whole.out")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    broken = torchrun("interrupt", "resumed.pt", "broken.out")
+    assert broken.returncode != 0 and (tmp_path / "resumed.pt.training-state").is_file()
+    resumed = torchrun("full", "resumed.pt", "resumed.out")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stderr.count("resuming after epoch 2/4") == 2          # both ranks, from rank 0's state
+    assert not (tmp_path / "resumed.pt.training-state").exists()
+    one, two = (torch.load(tmp_path / name, weights_only=True) for name in ("whole.out", "resumed.out"))
+    assert two["losses"] == one["losses"]
+    for name, weights in one["state"].items():
+        assert torch.equal(two["state"][name], weights), name
