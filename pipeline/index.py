@@ -20,6 +20,7 @@ import time
 from typing import Sequence
 
 from indexes.codes import CodeOptions
+from rerankers.training import distributed
 
 from .cli_options import OptionParser, add_config_arguments
 from .core.datasets import load_dataset
@@ -53,7 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     with exit_cleanly(KEPT_ON_INTERRUPT):
-        return build(args)
+        # under torchrun: each rank encodes its share of the code index's shards, rank 0 assembles and prints
+        distributed.init_from_environment()
+        try:
+            return build(args)
+        finally:
+            distributed.shutdown()
 
 
 def build(args: argparse.Namespace) -> int:
@@ -78,6 +84,8 @@ def build(args: argparse.Namespace) -> int:
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if not distributed.is_main():
+        return 0
     meta = code_metadata(path)
     print(f"{path} ({meta['documents']} documents, {meta['vectors']} token vectors, faiss index "
           f"{meta['index_bytes']} bytes, encoder trained on {meta['train']['description']}, "

@@ -164,3 +164,49 @@ def test_an_interrupted_torchrun_training_resumes_from_rank_0s_state_to_the_same
     assert two["losses"] == one["losses"]
     for name, weights in one["state"].items():
         assert torch.equal(two["state"][name], weights), name
+
+
+BUILD = """
+import sys, faiss, torch
+from pathlib import Path
+from pipeline.core.datasets import load_local
+from indexes.codes import CodeOptions, build_code_index
+from rerankers.training import distributed
+
+distributed.init_from_environment()
+torch.set_num_threads(1)
+faiss.omp_set_num_threads(1)
+options = CodeOptions(kind="codes", encoder=sys.argv[2], dim=16, steps=4, batch_size=4, hard_negatives=0,
+                      max_query_length=12, max_doc_length=24, shard_size=16, encode_batch_size=16, progress=False,
+                      device="cpu")
+path = build_code_index(load_local(sys.argv[1]), options, Path(sys.argv[3]))
+if distributed.is_main():
+    print(path)
+distributed.shutdown()
+"""
+
+
+def test_a_code_index_encoded_by_two_ranks_is_the_one_process_index(pairs, tmp_path):
+    import transformers
+
+    from rerankers.encoders import load_encoder
+
+    tokenizer, _ = load_encoder()
+    encoder = tmp_path / "tiny-bert"
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    script = tmp_path / "build.py"
+    script.write_text(BUILD)
+    one = run([str(script), str(pairs), str(encoder), str(tmp_path / "one")], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+               str(script), str(pairs), str(encoder), str(tmp_path / "two")], tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    first, second = Path(one.stdout.strip()), Path(two.stdout.strip())
+    assert first.name == second.name                                   # 96 documents, 6 shards, 3 per rank
+    for name in ("faiss.index", "token_docs.npy", "doc_ids.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    assert not [p for p in (tmp_path / "two").iterdir() if p.name.startswith(".")]   # no shards or temp left

@@ -3,6 +3,7 @@ temporary directory renamed into place; its cache directory, metadata and comple
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from pipeline.core.names import safe_name
 from pipeline.core import filecheck
 from pipeline.core.filecheck import check, damaged, describe, file_sha256
 from pipeline.core.locks import exclusive
+from rerankers.training import distributed
 
 from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint, obtain_encoder, save_encoder
@@ -156,6 +158,11 @@ def build_code_index(
     root = Path(root) if root is not None else code_index_root()
     source = resolve_training(dataset, train_dataset if train_dataset is not None else options.train_dataset, mirror)
     path = index_path(dataset, options, source, root)
+    if distributed.is_distributed():  # under torchrun: rank 0 decides and locks, every rank encodes its shards
+        if distributed.broadcast(is_complete(path) and not force):
+            return path
+        with exclusive(path) if distributed.is_main() else contextlib.nullcontext():
+            return _build(dataset, options, root, force, source, path)
     if is_complete(path) and not force:
         return path
     with exclusive(path):
@@ -174,7 +181,12 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
     _set_threads(options.threads)
     started = time.perf_counter()
     device = resolve_device(options.device)
-    checkpoint, encoder_meta = obtain_encoder(options, source, root, force, device)
+    main, rank, world = distributed.is_main(), distributed.rank(), distributed.world_size()
+    if main:  # under torchrun rank 0 trains the encoder (if missing); the others then load it
+        checkpoint, encoder_meta = obtain_encoder(options, source, root, force, device)
+    distributed.barrier()
+    if not main:
+        checkpoint, encoder_meta = obtain_encoder(options, source, root, False, device)
     tokenizer, model, _ = load_encoder_checkpoint(checkpoint, device)
     centring = None
     if options.hash_center:  # the center of this collection's tokens, not of the training documents'
@@ -185,17 +197,18 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
     shards = root / f".{path.name}.shards"
     manifest = {"index": path.name, "encoder_sha256": file_sha256(checkpoint), "shard_size": options.shard_size,
                 **({"center": [round(float(x), 6) for x in model.center]} if centring else {})}
-    if shards.is_dir():
+    if shards.is_dir() and main:
         try:
             previous = json.loads((shards / SHARD_MANIFEST).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             previous = None
         if force or previous != manifest:
             shutil.rmtree(shards)
-    if not shards.is_dir():
+    if not shards.is_dir() and main:
         shards.mkdir(parents=True)
         with atomic_write(shards / SHARD_MANIFEST) as handle:
             json.dump(manifest, handle)
+    distributed.barrier()
 
     total = len(dataset._store) if dataset._store is not None else None
     shard_files = []
@@ -204,6 +217,9 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
               **progress_switch(options.progress)) as bar:
         for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
             shard = shards / f"shard-{number:05d}.npz"
+            if number % world != rank:  # another rank's shard (under torchrun)
+                shard_files.append(shard)
+                continue
             ids = [doc.doc_id for doc in chunk]
             if shard.is_file():
                 with np.load(shard, allow_pickle=False) as stored:
@@ -214,7 +230,8 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
                         continue
                 log.warning("%s: documents changed since the interrupted build; re-encoding from here", shard)
                 for stale in shards.glob("shard-*.npz"):
-                    if int(stale.stem.split("-")[1]) >= number:
+                    number_of_stale = int(stale.stem.split("-")[1])
+                    if number_of_stale >= number and number_of_stale % world == rank:  # this rank's only
                         stale.unlink()
             vectors, lengths = encode_documents(model, tokenizer, [doc.text for doc in chunk], options, device)
             with atomic_write(shard, "wb") as handle:
@@ -223,6 +240,10 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
             bar.update(len(chunk))
     if not shard_files:
         raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
+    distributed.barrier()  # every rank's shards are written
+    if not main:  # rank 0 assembles the index once
+        distributed.barrier()
+        return path
     if resumed:
         log.info("resumed %s: %d of %d shards were already encoded", path.name, resumed, len(shard_files))
 
@@ -278,6 +299,7 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
             json.dump(meta, handle, indent=1)
     shutil.rmtree(shards, ignore_errors=True)
     log.info("built %s: %d documents, %d vectors", path, len(doc_ids), vector_count)
+    distributed.barrier()
     return path
 
 
