@@ -63,7 +63,7 @@ def test_the_first_section_is_the_current_results():
     assert headings[1:] == ["First stage", "HCAN (Rao et al., EMNLP 2019)", "IASM (Zhao et al., ICDM 2020)",
                             "Match-SRNN (Wan et al., IJCAI 2016)", "MV-LSTM / aMV-LSTM (Belkacem et al., SAC 2019)",
                             "ADDAX (Li, Li and Guo, COLING 2022)", "Learned token-code first stages", "Speed",
-                            "Baselines and other models"]
+                            "Baselines and other models", "Pair classification (WikiQA, TrecQA)"]
 
 
 def test_no_heading_names_an_issue_or_a_session():
