@@ -688,3 +688,27 @@ def test_nfcorpus_titles_pairs_each_title_with_its_own_abstract(data_root):
 def test_a_misspelt_dataset_name_gets_the_closest_one():
     with pytest.raises(DatasetNotFoundError, match="did you mean 'cranfield'.*offline: cranfield, vaswani"):
         load_dataset("cranfeild")
+
+
+def test_url_words_keep_the_content_words_of_a_link():
+    from pipeline.core.datasets.microblog import url_words
+
+    url = "http://www.thehindu.com/todays-paper/tp-national/water-scarcity-worries-bbmp/article4520714.ece?utm_source=twitterfeed"
+    assert url_words(url) == ["thehindu", "todays", "paper", "tp", "national", "water", "scarcity", "worries",
+                              "bbmp", "ece"]
+    assert url_words("") == []
+
+
+@pytest.mark.slow
+def test_microblog_url_appends_each_tweets_link_words_and_changes_nothing_else(data_root):
+    plain, linked = load_dataset("microblog"), load_dataset("microblog-url")
+    assert linked.name == "microblog-url" and linked.fingerprint != plain.fingerprint
+    assert (linked.queries, linked.qrels, linked.splits, linked.recipe) == (plain.queries, plain.qrels, plain.splits,
+                                                                            plain.recipe)
+    before, after = plain.doc_store(), linked.doc_store()
+    assert before.keys() == after.keys()
+    changed = [d for d in before if before[d].text != after[d].text]
+    assert 0.3 * len(before) < len(changed) < 0.7 * len(before)  # about half of the tweets carry a link
+    assert all(after[d].text.startswith(before[d].text + " ") for d in changed)
+    # MB111's second candidate links to a Hindu article on water scarcity (trec-2013/url.txt line 2)
+    assert after["313518284903428096"].text.endswith("water scarcity worries bbmp councillors ece")

@@ -40,6 +40,7 @@ ENTRY_POINT_GROUP = "neural_rerank.datasets"
 BUILTIN_DATASETS: dict[str, Callable[[Path], Dataset]] = {
     "microblog": microblog_loader(MICROBLOG_YEARS),
     **{f"microblog-{year}": microblog_loader([year]) for year in MICROBLOG_YEARS},
+    "microblog-url": microblog_loader(MICROBLOG_YEARS, with_urls=True),
     "wikiqa": answer_selection_loader("wikiqa-castorini", ("train", "dev", "test"), "wikiqa", filtered=("test", "dev")),
     "trecqa": answer_selection_loader("trecqa-hcan", ("train", "raw-dev", "raw-test", "clean-dev", "clean-test"),
                                       "trecqa", recipe=TRECQA_RECIPE),
