@@ -51,12 +51,13 @@ import torch
 import torch.nn as nn
 
 from pipeline.core.errors import ConfigError
-from rerankers.blocks import build_embedding, cosine_matrix, interaction_mask, masked_fill_padding
+from rerankers.blocks import build_embedding, cosine_matrix, interaction_mask, masked_fill_padding, masked_softmax
 from rerankers.neural import WordReranker
 from rerankers.training.data import RankingData
 
 __all__ = [
     "MATRIX_MODES",
+    "AGGREGATIONS",
     "IASMConfig",
     "IASMStaticConfig",
     "InteractiveAttentionTrace",
@@ -70,6 +71,7 @@ __all__ = [
 ]
 
 MATRIX_MODES = ("static", "dynamic")
+AGGREGATIONS = ("sum", "softmax")
 
 
 @dataclass
@@ -85,6 +87,13 @@ class IASMConfig:
         beta: weight of the previous matrix in eq. 2 (.25).
         gamma: weight of the source channel ``Dist(Q^(0), D^(n))`` in eq. 8 (.5).
         delta: weight of the target channel ``Dist(D^(0), Q^(n))`` in eq. 8 (.5).
+        aggregation: how a layer weighs the other text's words. ``"sum"`` (eq. 4-7 as written and in the
+            released code): by the matching-matrix cells themselves, so every word of a long text adds
+            its share whatever its similarity. ``"softmax"`` (not the paper's): each row of the matrix is
+            softmax-normalised at ``temperature`` first, so a position's update is led by its closest
+            matches (an exact match, cosine 1, outweighs a hundred words at cosine .3 when the
+            temperature is .05). The probe of ``benchmarks/exact_match_probe.py`` measures both.
+        temperature: softmax temperature of ``aggregation="softmax"`` (cosines lie in [-1, 1]).
     """
 
     matrix: str = "dynamic"
@@ -93,10 +102,16 @@ class IASMConfig:
     beta: float = 0.25
     gamma: float = 0.5
     delta: float = 0.5
+    aggregation: str = "sum"
+    temperature: float = 0.05
 
     def __post_init__(self) -> None:
         if self.matrix not in MATRIX_MODES:
             raise ConfigError(f"matrix must be one of {MATRIX_MODES}, got {self.matrix!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ConfigError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
         if self.num_layers < 1 or self.num_layers % 2 == 0:
             raise ConfigError(
                 f"num_layers must be odd and >= 1 (eq. 8 compares Q^(0) with D^(n), whose rows are the "
@@ -191,6 +206,13 @@ class IASMModel(nn.Module):
         local = cosine_matrix(query, doc, rows, cols)
         return self.config.alpha * local + self.config.beta * carried  # eq. 2
 
+    def _weights(self, matrix: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """The aggregation weights of ``matrix`` ``[B, R, C]`` (rows aggregate over columns): the cells
+        themselves (eq. 4-7) or, with ``aggregation="softmax"``, each row softmax-normalised."""
+        if self.config.aggregation == "sum":
+            return matrix
+        return masked_softmax(matrix / self.config.temperature, interaction_mask(rows, cols), dim=2)
+
     def interactive_attention(
         self,
         query_ids: torch.Tensor,
@@ -221,8 +243,11 @@ class IASMModel(nn.Module):
         # rows of Q^(l) / D^(l) sit on these positions; every layer swaps them (eq. 4, 6)
         query_rows, doc_rows = query_mask, doc_mask
         for layer, (query_layer, doc_layer) in enumerate(zip(self.query_layers, self.doc_layers)):
-            new_query = torch.relu(query_layer(torch.bmm(matrix.transpose(1, 2), query)))  # eq. 4-5
-            new_doc = torch.relu(doc_layer(torch.bmm(matrix, doc)))  # eq. 6-7
+            # matrix is [B, rows of Q^(l), rows of D^(l)]: Q^(l+1) lives on D^(l)'s rows and the reverse
+            to_query = self._weights(matrix.transpose(1, 2), doc_rows, query_rows)
+            to_doc = self._weights(matrix, query_rows, doc_rows)
+            new_query = torch.relu(query_layer(torch.bmm(to_query, query)))  # eq. 4-5
+            new_doc = torch.relu(doc_layer(torch.bmm(to_doc, doc)))  # eq. 6-7
             query_rows, doc_rows = doc_rows, query_rows
             # ReLU(bias) would leave non-zero rows at padding positions
             query = masked_fill_padding(new_query, query_rows)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.core.errors import CheckpointError
+from pipeline.core.errors import CheckpointError, ConfigError
 from rerankers.training.config import TrainConfig
 from rerankers.training.loop import Trainer
 from rerankers.iasm import (
@@ -56,9 +56,10 @@ def test_shapes_follow_the_transposes_of_eq4_to_eq7(matrix, num_layers):
     assert torch.all(scores <= 0) and torch.all(scores >= -2)  # -s, s a convex mix of distances in [0, 2]
 
 
-@pytest.mark.parametrize("matrix,num_layers", [("static", 3), ("dynamic", 1), ("dynamic", 5)])
-def test_padding_never_changes_a_score(matrix, num_layers):
-    model = make_model(matrix, num_layers, seed=1).eval()
+@pytest.mark.parametrize("matrix,num_layers,aggregation", [("static", 3, "sum"), ("dynamic", 1, "sum"),
+                                                           ("dynamic", 5, "sum"), ("dynamic", 3, "softmax")])
+def test_padding_never_changes_a_score(matrix, num_layers, aggregation):
+    model = make_model(matrix, num_layers, seed=1, aggregation=aggregation).eval()
     queries, docs = random_pairs(6, seed=2)
     with torch.no_grad():
         alone = torch.cat([model(*pad_batch([q], [d])) for q, d in zip(queries, docs)])
@@ -91,6 +92,29 @@ def test_matrices_follow_eq2_and_eq3():
         for j in range(3):
             local = float(F.cosine_similarity(trace.query_n[0, i], trace.doc_n[0, j], dim=0))
             assert float(updated[i, j]) == pytest.approx(0.6 * local + 0.4 * float(initial[j, i]), abs=1e-6)
+
+
+def test_softmax_aggregation_weighs_each_row_by_its_closest_matches():
+    # the same one-layer, W = I set-up as the hand computation below: q = ((1,0), (0,1)), d = ((1,0), (1,1))
+    weights = torch.tensor([[0.0, 0.0], [0.5, 0.5], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    model = IASMModel(IASMConfig(num_layers=1, aggregation="softmax", temperature=0.05), weights)
+    with torch.no_grad():
+        for layer in (model.query_layers[0], model.doc_layers[0]):
+            layer.weight.copy_(torch.eye(2))
+            layer.bias.zero_()
+    trace = model.interactive_attention(*pad_batch([[2, 3]], [[2, 4]]))
+    # A0 = [[1, s], [0, s]]: query word (1,0) matches document word (1,0) exactly (cosine 1 against .71),
+    # so at temperature .05 its update is nearly that word alone (weight e^-5.9 = .003 on (1,1));
+    # query word (0,1) takes (1,1), its only match (weight 1 - e^-14)
+    small = 1 / (1 + math.exp((1 - 1 / math.sqrt(2)) / 0.05))
+    expected = torch.tensor([[1.0, small], [1.0, 1.0]])
+    torch.testing.assert_close(trace.doc_n[0], expected, atol=1e-5, rtol=1e-4)
+    # each document position takes its closest query word: (1,0) -> (1,0); (1,1) ties -> the mean
+    torch.testing.assert_close(trace.query_n[0], torch.tensor([[1.0, 0.0], [0.5, 0.5]]), atol=1e-3, rtol=0)
+    with pytest.raises(ConfigError, match="aggregation"):
+        IASMConfig(aggregation="max")
+    with pytest.raises(ConfigError, match="temperature"):
+        IASMConfig(aggregation="softmax", temperature=0)
 
 
 def test_eq8_against_a_hand_computation():
