@@ -66,6 +66,7 @@ from rerankers.blocks import (
     SpatialDropout1d,
     bidaf_coattention,
     build_embedding,
+    cosine_matrix,
     dot_matrix,
     feed_forward,
     interaction_mask,
@@ -89,6 +90,7 @@ __all__ = [
 
 ENCODERS = ("deep", "wide", "contextual")
 MATCHINGS = ("rm", "sm", "full")
+RM_NORMALISATIONS = ("query", "context", "none")
 
 
 @dataclass
@@ -112,7 +114,11 @@ class HCANConfig:
             truncated by the caller. Called ``max_query_len`` before, a name
             checkpoints of that time still carry (``RENAMED``).
         rm_softmax_over: ``"context"`` (eq. 1 as written) or ``"query"``
-            (released code); see the module docstring.
+            (released code); see the module docstring. ``"none"`` (neither):
+            Max and Mean of the *cosine* matrix, unnormalised, so an exact
+            match reads 1 whatever else the text holds (what DRMM, KNRM and
+            MatchPyramid read); ``benchmarks/exact_match_probe.py`` measures
+            the three.
         rm_null_logit: add a learned "no match" logit (one per level,
             initialised at 0) to the RM softmax, so the normalised similarity
             is measured against an absolute reference as well as against the
@@ -141,8 +147,10 @@ class HCANConfig:
             raise ConfigError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         if self.matching not in MATCHINGS:
             raise ConfigError(f"matching must be one of {MATCHINGS}, got {self.matching!r}")
-        if self.rm_softmax_over not in ("context", "query"):
-            raise ConfigError("rm_softmax_over must be 'context' or 'query'")
+        if self.rm_softmax_over not in RM_NORMALISATIONS:
+            raise ConfigError(f"rm_softmax_over must be one of {RM_NORMALISATIONS}, got {self.rm_softmax_over!r}")
+        if self.rm_null_logit and self.rm_softmax_over == "none":
+            raise ConfigError("rm_null_logit takes part in the RM softmax: it needs rm_softmax_over 'query' or 'context'")
         if self.sm_pooling not in ("last", "maxmean"):
             raise ConfigError("sm_pooling must be 'last' or 'maxmean'")
         if self.num_layers < 1 or self.kernel_size < 1 or self.query_slots < 1:
@@ -323,7 +331,8 @@ def relevance_matching_features(
         q_mask: ``[B, Lq]`` bool.
         d_mask: ``[B, Ld]`` bool.
         idf: ``[B, Lq]`` weights of the query phrases of this level.
-        softmax_over: ``"context"`` or ``"query"``.
+        softmax_over: ``"context"``, ``"query"`` or ``"none"`` (the cosine
+            matrix itself, no softmax; ``null_logit`` must then be None).
         null_logit: optional scalar logit of an extra "no match" entry that
             takes part in every softmax (and is dropped afterwards).
 
@@ -331,11 +340,14 @@ def relevance_matching_features(
         ``[B, 2, Lq]``: weighted Max then weighted Mean; 0 at query padding.
     """
     cells = interaction_mask(q_mask, d_mask)
-    sim = dot_matrix(u_q, u_c)
     norm_dim = 2 if softmax_over == "context" else 1
-    if null_logit is None:
+    if softmax_over == "none":
+        norm_sim = cosine_matrix(u_q, u_c, q_mask, d_mask)
+    elif null_logit is None:
+        sim = dot_matrix(u_q, u_c)
         norm_sim = masked_softmax(sim, cells, dim=norm_dim)
     else:
+        sim = dot_matrix(u_q, u_c)
         # One extra slot along the normalised axis, always real, holding the null logit.
         shape = list(sim.shape)
         shape[norm_dim] = 1

@@ -173,6 +173,10 @@ def test_relevance_matching_eq1_hand_example():
     # Released-code variant: normalise over the query axis (one real query phrase -> all ones).
     got_q = relevance_matching_features(u_q, u_c, q_mask, d_mask, idf, softmax_over="query")
     torch.testing.assert_close(got_q[0, :, 0], torch.tensor([3.0, 3.0]))
+    # No softmax: cosines (1, 0, 1) over the real context; the exact match reads 1 whatever else is there
+    got_none = relevance_matching_features(u_q, u_c, q_mask, d_mask, idf, softmax_over="none")
+    torch.testing.assert_close(got_none[0, :, 0], torch.tensor([3.0 * 1.0, 3.0 * 2.0 / 3]))
+    assert torch.all(got_none[0, :, 1] == 0)
 
 
 def test_rm_scores_depend_on_documents_only_through_idf_weighted_matches():
@@ -198,7 +202,7 @@ def test_sm_mode_ignores_idf():
         torch.testing.assert_close(model(q_ids, q_mask, d_ids, d_mask, None), model(q_ids, q_mask, d_ids, d_mask, idf))
 
 
-@pytest.mark.parametrize("sm_pooling,rm_softmax_over", [("last", "context"), ("maxmean", "query")])
+@pytest.mark.parametrize("sm_pooling,rm_softmax_over", [("last", "context"), ("maxmean", "query"), ("last", "none")])
 def test_every_parameter_gets_a_gradient(sm_pooling, rm_softmax_over):
     config = small_config("deep", "full", sm_pooling=sm_pooling, rm_softmax_over=rm_softmax_over)
     model = make_model(config).train()
@@ -212,6 +216,8 @@ def test_freeze_embeddings_and_config_validation():
     assert not model.embedding.weight.requires_grad
     with pytest.raises(ValueError):
         HCANConfig(encoder="transformer")
+    with pytest.raises(ValueError, match="rm_null_logit"):
+        HCANConfig(rm_softmax_over="none", rm_null_logit=True)
     with pytest.raises(ValueError):
         HCANConfig(matching="both")
     with pytest.raises(ValueError):
