@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import statistics
 import sys
 import time
@@ -165,7 +166,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.output:
-        command = "python benchmarks/exact_match_probe.py " + " ".join(sys.argv[1:])
+        command = "python benchmarks/exact_match_probe.py " + shlex.join(sys.argv[1:])  # quoted: runnable as is
         write_text(args.output, f"Command: `{command}`\n\nCounting query words: P@1 1.000; random order: P@1 0.050.\n\n{table}\n")
         write_text(args.output.with_suffix(".json"), json.dumps({"command": command, "results": results}, indent=1))
 
