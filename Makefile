@@ -30,8 +30,8 @@ test: install
 	$(BIN)/python -m pytest -q
 
 bench: install
-	$(BIN)/python benchmarks/first_stage.py --output benchmarks/results/first_stage.md
-	$(BIN)/python benchmarks/reranker_speed.py --output benchmarks/results/reranker_speed.md
+	$(BIN)/python benchmarks/first_stage.py --output benchmarks/results/first-stage/bm25-rm3.md
+	$(BIN)/python benchmarks/reranker_speed.py --output benchmarks/results/speed/reranker.md
 
 clean:
 	rm -rf $(VENV) indexes/cache

@@ -3,7 +3,7 @@
     python benchmarks/code_first_stage.py [--datasets nfcorpus vaswani-npl] [--steps 500] [--threads 2]
                                           [--straight-through] [--bits 128] [--hash-head mlp|lsh]
                                           [--hash-steps 0] [--hash-seed N] [--hash-draws K] [--hash-center]
-                                          [--output benchmarks/results/code_first_stage.md]
+                                          [--output benchmarks/results/codes/first-stage.md]
 
 For each dataset: BM25 (Lucene), ``codes`` (binary per-token codes, faiss binary index) and ``colbert``
 (float per-token vectors, faiss float index), each retrieving the top ``--k`` (default 100) per query:

@@ -3,7 +3,7 @@
     python benchmarks/code_first_stage_rerank.py [--datasets nfcorpus vaswani-npl] [--steps 100]
         [--reranker addax] [--set max_examples_per_epoch=2000 ...] [--seed 1] [--threads 1]
         [--first-stages bm25 codes colbert] [--rerank-depth D]
-        [--output benchmarks/results/code_first_stage_rerank.md]
+        [--output benchmarks/results/codes/first-stage-rerank-<experiment>.md]
 
 Neither collection has training queries, so one re-ranker is trained on NFCorpus's dev queries
 (``nfcorpus-dev``, its own document pool): 85% train, 15% early-stopping dev, BM25 top ``--k`` candidates,

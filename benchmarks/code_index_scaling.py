@@ -8,7 +8,7 @@ index's neighbours (share of the flat index's ``k'`` labels per token that IVF r
 ``k'``-th Hamming distance make this a slight underestimate) at several ``nprobe``. The reference (flat)
 search and IVF search run in the same process, one after the other.
 
-    python benchmarks/code_index_scaling.py --sizes 100000 1000000 4000000 --nprobe 1 4 16 --output benchmarks/results/code_index_scaling.md
+    python benchmarks/code_index_scaling.py --sizes 100000 1000000 4000000 --nprobe 1 4 16 --output benchmarks/results/codes/index-scaling.md
 """
 from __future__ import annotations
 

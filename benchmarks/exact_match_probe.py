@@ -13,7 +13,7 @@ too weak": it runs the same models on short and long documents, with each model'
 (frozen or trainable vectors, loss, learning rate) and a budget given by ``--set``.
 
     python benchmarks/exact_match_probe.py --doc-length 16 64 --seeds 1 2 3 \\
-        --output benchmarks/results/probes/exact_match.md
+        --output benchmarks/results/probes/exact-match.md
 
 ``--model LABEL=RERANKER[:key=value,...]`` adds a model (``--model HCAN-RM=hcan:matching=rm``); the default
 set is DRMM, KNRM, IASM (dynamic, static), and HCAN's relevance-matching half.

@@ -28,9 +28,9 @@ OUTPUT = RESULTS / "fidelity.json"
 
 #: key -> (result file, row, measure, the paper's value, what the paper's value is)
 SOURCES = {
-    "hcan_alone_mb2013_map": ("hcan_microblog_2013_hinge_all.json", "hcan-HCAN", "AP", 0.2920,
+    "hcan_alone_mb2013_map": ("microblog/2013-hcan-hinge-all.json", "hcan-HCAN", "AP", 0.2920,
                               "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2013 MAP"),
-    "hcan_alone_mb2014_map": ("hcan_microblog_2014_hinge_all.json", "hcan-HCAN", "AP", 0.4365,
+    "hcan_alone_mb2014_map": ("microblog/2014-hcan-hinge-all.json", "hcan-HCAN", "AP", 0.4365,
                               "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2014 MAP"),
     "iasm_titles_p1": ("nfcorpus/titles-full-ranking-iasm-3layers.json", "iasm", "P@1", 0.2474,
                        "Zhao et al., ICDM 2020, Table III, IASM-Dynamic, PubMed P@1 (its own sample)"),

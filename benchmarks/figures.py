@@ -1,8 +1,8 @@
 """Figures for BENCHMARKS.md, written as PNGs under ``benchmarks/results/`` (matplotlib, Agg backend).
 
-    python benchmarks/figures.py [--figures path models] [--seed 1] [--threads 1] [--outdir benchmarks/results]
+    python benchmarks/figures.py [--figures path models] [--seed 1] [--threads 1] [--outdir benchmarks/results/wikiqa]
 
-* ``path`` -> ``match_srnn_path.png``: a Match-SRNN matching path on a real WikiQA pair, like the paper's
+* ``path`` -> ``match-srnn-path.png``: a Match-SRNN matching path on a real WikiQA pair, like the paper's
   Figure 5 (Sec. 6.2). Match-SRNN is trained quickly on WikiQA's train split (2 epochs of at most 2,000
   examples, ``--seed``). The pair is the first ``test-filtered`` question, in the dataset's order, whose
   correct answer the model ranks first among the shipped candidates, with at least 6 question tokens and
@@ -14,8 +14,8 @@
   score. Both panels overlay the path that :func:`rerankers.match_srnn.matching_path` backtracks from
   ``(m, n)`` along dimension ``k``'s largest gates. The paper ties the gates over dimensions instead; the
   model here was not trained that way, so one dimension is followed.
-* ``models`` -> ``wikiqa_models.png``: MAP (mean ± sd over seeds, as error bars) of every re-ranker in
-  ``benchmarks/results/wikiqa.md`` and ``benchmarks/results/match_srnn_wikiqa.md``, parsed from their
+* ``models`` -> ``models.png``: MAP (mean ± sd over seeds, as error bars) of every re-ranker in
+  ``benchmarks/results/wikiqa/models.md`` and ``benchmarks/results/wikiqa/match-srnn.md``, parsed from their
   Markdown tables. A horizontal line marks the shipped candidate order (the first stage).
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ def figure_path(outdir: Path, seed: int) -> None:
     fig.suptitle(f"Match-SRNN matching path (red: backtracked gates of dimension {k}) on WikiQA {query.query_id} / "
                  f"{doc.doc_id}\ncorrect answer, {ranked}; score {score:.3f}; trained 2 epochs x 2,000 examples, "
                  f"seed {seed}", fontsize=10)
-    save(fig, outdir / "match_srnn_path.png")
+    save(fig, outdir / "match-srnn-path.png")
     print(f"pair: {query.query_id} {query.text!r} / {doc.doc_id} {doc.text!r}; dimension {k}; path {path}")
 
 
@@ -182,8 +182,8 @@ def figure_models(outdir: Path, tables: list[Path]) -> None:
     from matplotlib.patches import Patch
 
     handles = ax.get_legend_handles_labels()[0] + [
-        Patch(facecolor="tab:blue", edgecolor="black", label="re-rankers (wikiqa.md)"),
-        Patch(facecolor="tab:orange", edgecolor="black", label="Match-SRNN variants (match_srnn_wikiqa.md)")]
+        Patch(facecolor="tab:blue", edgecolor="black", label="re-rankers (wikiqa/models.md)"),
+        Patch(facecolor="tab:orange", edgecolor="black", label="Match-SRNN variants (wikiqa/match-srnn.md)")]
     ax.set_xticks(x, [m[0] for m in models], rotation=35, ha="right")
     low = min([m[1] - m[2] for m in models] + ([baseline] if baseline is not None else []))
     ax.set_ylim(max(0.0, low - 0.05), max([m[1] + m[2] for m in models] + [baseline or 0.0]) + 0.05)
@@ -191,7 +191,7 @@ def figure_models(outdir: Path, tables: list[Path]) -> None:
     ax.set_title("WikiQA test-filtered: MAP per re-ranker (3 seeds each; error bars: sd)")
     ax.legend(handles=handles, loc="upper left", ncol=3, fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    save(fig, outdir / "wikiqa_models.png")
+    save(fig, outdir / "models.png")
 
 
 def main() -> None:
@@ -199,8 +199,9 @@ def main() -> None:
     parser.add_argument("--figures", nargs="+", default=["path", "models"], choices=["path", "models"])
     parser.add_argument("--seed", type=int, default=1, help="seed of the quickly trained Match-SRNN")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--outdir", default=str(RESULTS))
-    parser.add_argument("--tables", nargs="+", default=[str(RESULTS / "wikiqa.md"), str(RESULTS / "match_srnn_wikiqa.md")])
+    parser.add_argument("--outdir", default=str(RESULTS / "wikiqa"))
+    parser.add_argument("--tables", nargs="+",
+                        default=[str(RESULTS / "wikiqa" / "models.md"), str(RESULTS / "wikiqa" / "match-srnn.md")])
     args = parser.parse_args()
     os.environ.setdefault("PIPELINE_THREADS", str(args.threads))
     outdir = Path(args.outdir)

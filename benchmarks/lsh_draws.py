@@ -2,7 +2,7 @@
 
     python benchmarks/lsh_draws.py [--datasets nfcorpus vaswani-npl] [--steps 100] [--bits 512]
                                    [--seeds 42 1 2 3 4] [--kinds orthogonal gaussian centred] [--select K] [--threads 1]
-                                   [--output benchmarks/results/lsh_draws.md]
+                                   [--output benchmarks/results/codes/lsh-draws.md]
 
 An ``lsh`` code index (``indexes.codes.hashed_from_float`` with no fine-tuning) stores ``sign(R v)`` for each
 float token vector ``v`` of the ``colbert`` index trained with the same options, and searches with the

@@ -8,7 +8,7 @@ task) comes from the project's common harness, like the other re-rankers::
 
     python benchmarks/reproduce.py --dataset wikiqa --split test-filtered --reranker match-srnn \\
         --reranker bi-match-srnn --variant : --variant frozen:freeze_embeddings=true --seeds 1 2 3 \\
-        --metrics "AP RR nDCG@3 nDCG@5 P@1" --threads 1 --output benchmarks/results/match_srnn_wikiqa.md
+        --metrics "AP RR nDCG@3 nDCG@5 P@1" --threads 1 --output benchmarks/results/wikiqa/match-srnn.md
 
 * ``lcs``: Sec. 5.2. Random pairs of strings over the letters A-J (10,000 train, 1,000 test, lengths 3-10).
   Match-SRNN (c = 10 tensor channels; states of size 1, as in Figure 4, and 10) is trained with the

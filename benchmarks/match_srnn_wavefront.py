@@ -1,7 +1,7 @@
 """Speed of the wavefront spatial GRU against the plain cell-by-cell loop of eq. 3, in one process.
 
     python benchmarks/match_srnn_wavefront.py [--shapes 10x40 20x100] [--batch 32] [--repeats 5] [--threads 1]
-        [--pair-repeats 3] [--output benchmarks/results/match_srnn_wavefront.md]
+        [--pair-repeats 3] [--output benchmarks/results/match-srnn/wavefront-speed.md]
 
 :class:`rerankers.match_srnn.SpatialGRU` computes all cells of one anti-diagonal ``i + j = k`` in one batched
 step (``M + N - 1`` sequential steps). :func:`rerankers.match_srnn.reference_spatial_gru` is eq. 3 written

@@ -1,7 +1,9 @@
 """Summarise the per-seed tables of ``code_first_stage_rerank.py`` over seeds.
 
-    python benchmarks/merge_rerank_seeds.py benchmarks/results/rerank_seed1.md benchmarks/results/rerank_seed2.md \\
-        benchmarks/results/rerank_seed3.md --output benchmarks/results/rerank_3seeds.md
+    python benchmarks/merge_rerank_seeds.py benchmarks/results/codes/parts/first-stage-rerank-candpos-full-w60-seed1.md \\
+        benchmarks/results/codes/parts/first-stage-rerank-candpos-full-w60-seed2.md \\
+        benchmarks/results/codes/parts/first-stage-rerank-candpos-full-w60-seed3.md \\
+        --output benchmarks/results/codes/first-stage-rerank-candpos-full-w60-3seeds.md
 
 ``code_first_stage_rerank.py`` trains one re-ranker per ``--seed`` (two hours on two CPU cores for a full
 ADDAX), so each seed runs in its own process and writes its own table. This script reads those tables and

@@ -1,7 +1,8 @@
 """Merge the result files of several ``reproduce.py`` runs of one protocol into one table.
 
-    python benchmarks/merge_results.py benchmarks/results/a.json benchmarks/results/b.json \\
-        --output benchmarks/results/merged.md
+    python benchmarks/merge_results.py benchmarks/results/wikiqa/parts/long-ce-seed1.json \\
+        benchmarks/results/wikiqa/parts/long-ce-seed2.json benchmarks/results/wikiqa/parts/long-ce-seed3.json \\
+        --output benchmarks/results/wikiqa/long-ce-3seeds.md
 
 Long benchmarks are split across processes (one per core, or one per seed) or stopped at the end of a
 session and finished by a later run; each run writes its own ``.json`` (per-seed values). This script

@@ -3,7 +3,8 @@ BENCHMARKS.md.
 
     python benchmarks/reproduce.py --dataset microblog --split 2013 --reranker hcan \\
         --variant RM:matching=rm --variant SM:matching=sm --variant HCAN:matching=full \\
-        --seeds 1 2 3 --metrics "AP P@30" --set max_examples_per_epoch=12800 --output benchmarks/results/x.md
+        --seeds 1 2 3 --metrics "AP P@30" --set max_examples_per_epoch=12800 \\
+        --output benchmarks/results/microblog/2013-<experiment>.md
 
 Each (variant, seed) is one ``pipeline.run`` (trained models are cached under ``models/``, runs written to
 ``--output-dir``); the table gives the first stage's scores, then mean ± sample standard deviation over

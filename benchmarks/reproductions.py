@@ -137,11 +137,11 @@ def render(paper: Paper) -> str:
 # --- short text similarity modeling, EMNLP 2019): TrecQA raw-test (Table 2, TRAIN-ALL) and TREC Microblog
 # --- (Table 3), whose rows also hold the paper's DRMM, K-NRM and BERT baselines.
 
-#: the 89-answered-question numbers were computed from the runs of hcan_trecqa.json and written only into
+#: the 89-answered-question numbers were computed from the runs of trecqa/hcan.json and written only into
 #: BENCHMARKS.md (at commit 3016533, lines 327-329); the procedure is the one quoted here
 TRECQA_ANSWERED = ("89 answered questions: its runs (`runs/reproduce/trecqa-raw-test-hcan-*.run`) evaluated with "
                    "`pipeline.evaluate.evaluate` on `load_dataset(\"trecqa\").subset(answered)`")
-#: microblog_<year>_models.md have no JSON; their header comment is the command
+#: microblog/<year>-models.md have no JSON; their header comment is the command
 MICROBLOG_MODELS = ("python benchmarks/reproduce.py --dataset microblog --split {year} --reranker drmm --reranker knrm "
                     "--reranker matchpyramid --reranker conv-knrm --reranker mvlstm --reranker amvlstm --reranker iasm "
                     "--reranker iasm-static --reranker match-srnn --reranker bi-match-srnn --seeds 1 2 3 --metrics "
@@ -151,8 +151,8 @@ MICROBLOG_MODELS = ("python benchmarks/reproduce.py --dataset microblog --split 
 def _trecqa_answered(model: str, line: int, map_value: str, mrr_value: str) -> Row:
     how = TRECQA_ANSWERED
     return Row("TrecQA raw-test, 89 answered q (trec_eval's convention)", model, "MAP / MRR", PAPER_TRECQA[model],
-               (Copied(map_value, "BENCHMARKS.md@3016533", line, how, "hcan_trecqa.json"),
-                Copied(mrr_value, "BENCHMARKS.md@3016533", line, how, "hcan_trecqa.json")))
+               (Copied(map_value, "BENCHMARKS.md@3016533", line, how, "trecqa/hcan.json"),
+                Copied(mrr_value, "BENCHMARKS.md@3016533", line, how, "trecqa/hcan.json")))
 
 
 #: HCAN Table 2 (TrecQA raw, TRAIN-ALL), MAP / MRR
@@ -164,7 +164,7 @@ PAPER_MICROBLOG = {
     "2014": {"RM": ".4304 / .6297", "SM": ".2414 / .3279", "HCAN": ".4365 / .6485", "QL": ".3924 / .6182",
              "DRMM": ".3440 / .5424", "K-NRM": ".3472 / .5388", "BERT": ".5176 / .7006"},
 }
-#: DRMM / KNRM rows copied from microblog_<year>_models.md (no JSON was written): (line, MAP, P@30)
+#: DRMM / KNRM rows copied from microblog/<year>-models.md (no JSON was written): (line, MAP, P@30)
 MICROBLOG_BASELINES = {
     "2013": {"DRMM": (4, "0.2105 ± 0.0041", "0.4204 ± 0.0085"), "K-NRM": (5, "0.1916 ± 0.0251", "0.3781 ± 0.0485")},
     "2014": {"DRMM": (4, "0.3344 ± 0.0103", "0.5451 ± 0.0134"), "K-NRM": (5, "0.3197 ± 0.0333", "0.5152 ± 0.0467")},
@@ -173,7 +173,7 @@ MICROBLOG_BASELINES = {
 
 def _microblog_rows(year: str) -> list[Row]:
     data, paper = f"Microblog {year}", PAPER_MICROBLOG[year]
-    hcan, transformers = f"hcan_microblog_{year}_hinge_all.json", f"microblog_{year}_depth1000_3seeds.json"
+    hcan, transformers = f"microblog/{year}-hcan-hinge-all.json", f"microblog/{year}-transformers-depth1000-3seeds.json"
     rows = [Row(data, "QL (shipped first stage)", "MAP / P@30", paper["QL"], measured(hcan, None, "AP", "P@30"))]
     for variant in ("RM", "SM", "HCAN"):
         rows.append(Row(data, variant, "MAP / P@30", paper[variant],
@@ -181,7 +181,7 @@ def _microblog_rows(year: str) -> list[Row]:
         rows.append(Row(data, f"{variant} + QL", "MAP / P@30", paper[variant],
                         measured(hcan, f"hcan-{variant}+interp", "AP", "P@30")))
     for model, (line, map_value, p30_value) in MICROBLOG_BASELINES[year].items():
-        file, how = f"microblog_{year}_models.md", f"`{MICROBLOG_MODELS.format(year=year)}`"
+        file, how = f"microblog/{year}-models.md", f"`{MICROBLOG_MODELS.format(year=year)}`"
         rows.append(Row(data, model.replace("K-NRM", "KNRM"), "MAP / P@30", paper[model],
                         (Copied(map_value, file, line, how, file), Copied(p30_value, file, line, how, file))))
     for model, row, label in (("cross-encoder", "cross-encoder", "cross-encoder (MiniLM, 2 x 3,200 pairs)"),
@@ -194,7 +194,7 @@ def _microblog_rows(year: str) -> list[Row]:
 
 
 def _microblog_other_years(year: str) -> list[Row]:
-    data, hcan = f"Microblog {year}", f"hcan_microblog_{year}_hinge_all.json"
+    data, hcan = f"Microblog {year}", f"microblog/{year}-hcan-hinge-all.json"
     return [Row(data, "QL (shipped first stage)", "MAP / P@30", "not reported", measured(hcan, None, "AP", "P@30")),
             Row(data, "HCAN", "MAP / P@30", "not reported", measured(hcan, "hcan-HCAN", "AP", "P@30")),
             Row(data, "HCAN + QL", "MAP / P@30", "not reported", measured(hcan, "hcan-HCAN+interp", "AP", "P@30"))]
@@ -202,7 +202,7 @@ def _microblog_other_years(year: str) -> list[Row]:
 
 HCAN = Paper("hcan", tuple(
     [Row("TrecQA raw-test, all 95 q (ir-measures)", m, "MAP / MRR", PAPER_TRECQA[m],
-         measured("hcan_trecqa.json", f"hcan-{m}", "AP", "RR")) for m in ("RM", "SM", "HCAN")]
+         measured("trecqa/hcan.json", f"hcan-{m}", "AP", "RR")) for m in ("RM", "SM", "HCAN")]
     + [_trecqa_answered("RM", 327, "0.7304 ± 0.0173", "0.7832 ± 0.0170"),
        _trecqa_answered("SM", 328, "0.6483 ± 0.0160", "0.7012 ± 0.0233"),
        _trecqa_answered("HCAN", 329, "0.7467 ± 0.0115", "0.8041 ± 0.0157")]
@@ -213,21 +213,21 @@ HCAN = Paper("hcan", tuple(
 # --- IASM (Zhao et al., ICDM 2020): the PubMed title -> abstract task (Table III) on NFCorpus titles, and
 # --- the smoothing statistic of Table VII.
 
-TITLES = "nfcorpus_titles_models_3seeds.json"
+TITLES = "nfcorpus/titles-models-3seeds.json"
 #: titles_full_ranking.py wrote only Markdown (seed 1); its header comment is the command
 FULL_RANKING = ("python benchmarks/titles_full_ranking.py --reranker drmm --reranker matchpyramid --reranker iasm "
                 "--reranker mvlstm --seeds 1 --set max_examples_per_epoch=6400 --set dev_depth=100 --k 100 --threads 1 "
-                "--output benchmarks/results/nfcorpus_titles_full_ranking.md")
+                "--output benchmarks/results/nfcorpus/titles-full-ranking.md")
 #: iasm_smoothing.py prints its table and writes no file; the numbers are BENCHMARKS.md@3016533 lines 499-500
 SMOOTHING = ("python benchmarks/iasm_smoothing.py --dataset wikiqa --split test-filtered --seeds 1 2 3 "
              "--set max_examples_per_epoch=6400")
 #: the BM25 row of the titles task comes from its own pipeline.run (BENCHMARKS.md@3016533 line 586); the
-#: first stage recorded in nfcorpus_titles_models_3seeds.json rounds to 0.8802, not 0.8803
+#: first stage recorded in nfcorpus/titles-models-3seeds.json rounds to 0.8802, not 0.8803
 TITLES_BM25 = 'python -m pipeline.run --dataset nfcorpus-titles --split test --metrics "P@1 RR AP R@100"'
 
 
 def _full(model: str, line: int, p1: str, mrr: str, paper: str) -> Row:
-    file = "nfcorpus_titles_full_ranking.md"
+    file = "nfcorpus/titles-full-ranking.md"
     return Row("NFCorpus titles, all 338 test abstracts ranked (seed 1)", model, "P@1 / MRR", paper,
                (Copied(p1, file, line, f"`{FULL_RANKING}`", file), Copied(mrr, file, line, f"`{FULL_RANKING}`", file)))
 
@@ -258,34 +258,34 @@ IASM = Paper("iasm", (
 
 # --- Match-SRNN (Wan et al., IJCAI 2016): the LCS simulation of Sec. 5.2, Match-SRNN against Bi-Match-SRNN.
 
-LCS = "python benchmarks/match_srnn.py --output benchmarks/results/match_srnn.md"
+LCS = "python benchmarks/match_srnn.py --output benchmarks/results/match-srnn/lcs-simulation.md"
 
 MATCH_SRNN = Paper("match-srnn", (
     Row("LCS simulation (10,000 / 1,000 pairs)", "Match-SRNN, 10-d states", "test RMSE / exact LCS length", "—",
-        (Copied("0.0159", "match_srnn.md", 7, f"`{LCS}`", "match_srnn.md"),
-         Copied("100.0%", "match_srnn.md", 7, f"`{LCS}`", "match_srnn.md"))),
+        (Copied("0.0159", "match-srnn/lcs-simulation.md", 7, f"`{LCS}`", "match-srnn/lcs-simulation.md"),
+         Copied("100.0%", "match-srnn/lcs-simulation.md", 7, f"`{LCS}`", "match-srnn/lcs-simulation.md"))),
     Row("LCS simulation (10,000 / 1,000 pairs)", "Match-SRNN, 1-d states (Fig. 4's setting)",
         "test RMSE / exact LCS length", "—",
-        (Copied("0.1049", "match_srnn.md", 6, f"`{LCS}`", "match_srnn.md"),
-         Copied("67.7%", "match_srnn.md", 6, f"`{LCS}`", "match_srnn.md"))),
+        (Copied("0.1049", "match-srnn/lcs-simulation.md", 6, f"`{LCS}`", "match-srnn/lcs-simulation.md"),
+         Copied("67.7%", "match-srnn/lcs-simulation.md", 6, f"`{LCS}`", "match-srnn/lcs-simulation.md"))),
     Row("NFCorpus titles, BM25 top 100 (338 q)", "Match-SRNN", "P@1 / MRR", "— / .879 (Table 1, its QA data)",
         measured(TITLES, "match-srnn", "P@1", "RR")),
     Row("NFCorpus titles, BM25 top 100 (338 q)", "Bi-Match-SRNN", "P@1 / MRR", "— / .882 (Table 1, its QA data)",
         measured(TITLES, "bi-match-srnn", "P@1", "RR")),
     Row("WikiQA test-filtered (237 q)", "Match-SRNN", "MAP / MRR", "— (MatchZoo-py notebook: .6209 MAP)",
-        measured("match_srnn_wikiqa.json", "match-srnn", "AP", "RR")),
+        measured("wikiqa/match-srnn.json", "match-srnn", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "Match-SRNN, frozen embeddings", "MAP / MRR", "—",
-        measured("match_srnn_wikiqa.json", "match-srnn-frozen", "AP", "RR")),
+        measured("wikiqa/match-srnn.json", "match-srnn-frozen", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "Bi-Match-SRNN", "MAP / MRR", "—",
-        measured("match_srnn_wikiqa.json", "bi-match-srnn", "AP", "RR")),
+        measured("wikiqa/match-srnn.json", "bi-match-srnn", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "Bi-Match-SRNN, frozen embeddings", "MAP / MRR", "—",
-        measured("match_srnn_wikiqa.json", "bi-match-srnn-frozen", "AP", "RR")),
+        measured("wikiqa/match-srnn.json", "bi-match-srnn-frozen", "AP", "RR")),
 ))
 
 
 # --- MV-LSTM / aMV-LSTM (Belkacem et al., SAC 2019): WikiQA, the paper's MAP on its own 80/10/10 split.
 
-#: wikiqa.md has no JSON; its header comment is the command (its last model, hcan, did not run)
+#: wikiqa/models.md has no JSON; its header comment is the command (its last model, hcan, did not run)
 WIKIQA_MODELS = ("python benchmarks/reproduce.py --dataset wikiqa --split test-filtered --reranker knrm --reranker drmm "
                  "--reranker matchpyramid --reranker conv-knrm --reranker iasm --reranker iasm-static --reranker mvlstm "
                  "--reranker amvlstm --seeds 1 2 3 --metrics \"AP RR nDCG@3 nDCG@5\" --threads 1 "
@@ -293,15 +293,15 @@ WIKIQA_MODELS = ("python benchmarks/reproduce.py --dataset wikiqa --split test-f
 
 AMVLSTM = Paper("amvlstm", (
     Row("WikiQA test-filtered (237 q)", "MV-LSTM", "MAP / MRR", ".6046 / —",
-        (Copied("0.6171 ± 0.0141", "wikiqa.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa.md"),
-         Copied("0.6327 ± 0.0154", "wikiqa.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa.md"))),
+        (Copied("0.6171 ± 0.0141", "wikiqa/models.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"),
+         Copied("0.6327 ± 0.0154", "wikiqa/models.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"))),
     Row("WikiQA test-filtered (237 q)", "aMV-LSTM (Q)", "MAP / MRR", ".6507 / —",
-        (Copied("0.6021 ± 0.0118", "wikiqa.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa.md"),
-         Copied("0.6172 ± 0.0132", "wikiqa.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa.md"))),
+        (Copied("0.6021 ± 0.0118", "wikiqa/models.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"),
+         Copied("0.6172 ± 0.0132", "wikiqa/models.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"))),
     Row("WikiQA test-filtered (237 q)", "aMV-LSTM (A)", "MAP / MRR", ".6022 / —",
-        measured("wikiqa_amvlstm_sides.json", "amvlstm-a", "AP", "RR")),
+        measured("wikiqa/amvlstm-sides.json", "amvlstm-a", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "aMV-LSTM (Q+A)", "MAP / MRR", ".5562 / —",
-        measured("wikiqa_amvlstm_sides.json", "amvlstm-qa", "AP", "RR")),
+        measured("wikiqa/amvlstm-sides.json", "amvlstm-qa", "AP", "RR")),
 ))
 
 
@@ -310,25 +310,25 @@ AMVLSTM = Paper("amvlstm", (
 
 ADDAX = Paper("addax", (
     Row("WikiQA test (243 q, the paper's filter)", "ADDAX, paper's recipe (18 epochs, patience 3)", "MAP / MRR",
-        ".8250 / .8338", measured("wikiqa_test243_paper18_addax_3seeds.json", "addax", "AP", "RR")),
+        ".8250 / .8338", measured("wikiqa/test243-paper18-addax-3seeds.json", "addax", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "ADDAX, paper's recipe", "MAP / MRR", "— (243 q only)",
-        measured("wikiqa_paper18_addax_3seeds.json", "addax", "AP", "RR")),
+        measured("wikiqa/paper18-addax-3seeds.json", "addax", "AP", "RR")),
     Row("WikiQA test (243 q)", "Att-MAGS, paper's recipe", "MAP / MRR", ".7979 / —",
-        measured("wikiqa_test243_paper18_attmags_3seeds.json", "addax-att-mags", "AP", "RR")),
+        measured("wikiqa/test243-paper18-attmags-3seeds.json", "addax-att-mags", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "Att-MAGS, paper's recipe", "MAP / MRR", ".7979 / —",
-        measured("wikiqa_paper18_attmags_3seeds.json", "addax-att-mags", "AP", "RR")),
+        measured("wikiqa/paper18-attmags-3seeds.json", "addax-att-mags", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "w/o HD, paper's recipe", "MAP / MRR", ".8015 / —",
-        measured("wikiqa_paper18_nohd_seed1.json", "addax-no-hd", "AP", "RR")),
+        measured("wikiqa/paper18-nohd-seed1.json", "addax-no-hd", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "ADDAX, short budget (2 x 3,200 pairs): the next two rows' control",
-        "MAP / MRR", ".8250 / .8338", measured("wikiqa_transformers_3seeds.json", "addax", "AP", "RR")),
+        "MAP / MRR", ".8250 / .8338", measured("wikiqa/transformers-3seeds.json", "addax", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "w/o MAGS, short budget", "MAP / MRR", ".7720 / —",
-        measured("wikiqa_addax_ablations_3seeds.json", "addax-no-mags", "AP", "RR")),
+        measured("wikiqa/addax-ablations-3seeds.json", "addax-no-mags", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "w/o HW, short budget", "MAP / MRR", ".7901 / —",
-        measured("wikiqa_addax_ablations_3seeds.json", "addax-no-hw", "AP", "RR")),
+        measured("wikiqa/addax-ablations-3seeds.json", "addax-no-hw", "AP", "RR")),
     Row("WikiQA test (243 q)", "cross-encoder (MiniLM), 6 x 5,095 examples", "MAP / MRR", "—",
-        measured("wikiqa_test243_long_ce_3seeds.json", "cross-encoder", "AP", "RR")),
+        measured("wikiqa/test243-long-ce-3seeds.json", "cross-encoder", "AP", "RR")),
     Row("WikiQA test-filtered (237 q)", "cross-encoder (MiniLM), 6 x 5,095 examples", "MAP / MRR", "—",
-        measured("wikiqa_long_ce_3seeds.json", "cross-encoder", "AP", "RR")),
+        measured("wikiqa/long-ce-3seeds.json", "cross-encoder", "AP", "RR")),
 ))
 
 PAPERS = (HCAN, IASM, MATCH_SRNN, AMVLSTM, ADDAX)

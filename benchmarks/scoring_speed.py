@@ -2,7 +2,7 @@
 Cranfield before and after its scoring fixes, and fp32 against int8 for the cross-encoder.
 
     python benchmarks/scoring_speed.py [--wikiqa-threads 1 2] [--hcan-threads 2 1] [--hcan-queries 20] \
-        [--int8-pairs 1000] [--output benchmarks/results/scoring_speed.md]
+        [--int8-pairs 1000] [--output benchmarks/results/speed/scoring.md]
 
 Everything runs in one process and every comparison alternates its two sides over blocks of queries, so
 that both sides see the same load: on a shared machine only the ratios are meaningful; the seconds say how

@@ -2,7 +2,7 @@
 against scoring the same requests one after another in this process.
 
     python benchmarks/serve_load.py [--requests N] [--concurrency 1 4 16] [--threads 1] \
-        [--models bi-encoder knrm] [--output benchmarks/results/serve_load.md]
+        [--models bi-encoder knrm] [--output benchmarks/results/speed/serve-load.md]
 
 For each model the service is started as its own process (``python -m pipeline.serve ... --port 0``) with
 the same model options as this script's in-process copy:
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch", type=int, default=32, help="the service's --max-batch (default 32)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the service's --max-wait-ms (default 5)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "serve_load.md")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "speed" / "serve-load.md")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "benchmarks/serve_load.py", *(sys.argv[1:] if argv is None else argv)])
 

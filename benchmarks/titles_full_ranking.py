@@ -7,7 +7,7 @@ keys: a missing model is trained first), and with BM25 over the test abstracts a
 
     python benchmarks/titles_full_ranking.py --reranker drmm --reranker mvlstm --seeds 1 \\
         --set max_examples_per_epoch=6400 --set dev_depth=100 --k 100 --threads 1 \\
-        --output benchmarks/results/nfcorpus_titles_full_ranking.md
+        --output benchmarks/results/nfcorpus/titles-full-ranking.md
 
 Each model is scored on every (title, test abstract) pair: P@1 and MRR over the test titles (one relevant
 abstract each, so MAP = MRR).

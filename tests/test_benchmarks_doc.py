@@ -43,13 +43,13 @@ def between(doc: str, begin: str, end: str) -> str:
 
 
 def test_every_result_file_it_names_exists():
-    # "<year>" and "seedN" / "_B.md" stand for a family of files named in the text around them; a "*" is a
+    # "<year>" and "seedN" / "-B.md" stand for a family of files named in the text around them; a "*" is a
     # glob that must match at least one file
     paths = set(re.findall(r"benchmarks/results/[A-Za-z0-9_./@*<>-]+", text()))
     assert len(paths) > 50
     missing = []
     for path in sorted(p.rstrip(".") for p in paths):
-        if "<" in path or re.search(r"seedN|_B\.md", path):
+        if "<" in path or re.search(r"seedN|-B\.md", path):
             continue
         found = list(ROOT.glob(path)) if "*" in path else [ROOT / path] if (ROOT / path).exists() else []
         if not found:
@@ -120,3 +120,26 @@ def test_every_measured_cell_reads_its_result_file():
                 else:
                     lines = (ROOT / "benchmarks" / "results" / source.origin).read_text(encoding="utf-8").split("\n")
                     assert source.value in lines[source.line - 1], (source.origin, source.line, source.value)
+
+
+def test_the_results_folder_holds_no_flat_files_and_every_named_result_exists():
+    # results live in benchmarks/results/<dataset or topic>/<experiment>.<ext>; fidelity.json is the one
+    # file kept on top (its path is required). Every benchmarks/results/... path named in BENCHMARKS.md,
+    # README.md and benchmarks/*.py exists, except a family written with "<...>", "{...}" (built in code),
+    # "seedN" or "-B.md"; a "*" is a glob that must match at least one file.
+    results = ROOT / "benchmarks" / "results"
+    assert {p.name for p in results.iterdir() if not p.is_dir()} <= {"fidelity.json"}
+    sources = [ROOT / "BENCHMARKS.md", ROOT / "README.md", *sorted((ROOT / "benchmarks").glob("*.py"))]
+    missing, flat = [], []
+    for source in sources:
+        named = re.findall(r"benchmarks/results/[A-Za-z0-9_./@*<>{}-]+", source.read_text(encoding="utf-8"))
+        for path in sorted({p.rstrip(".") for p in named}):
+            if re.search(r"[<>{}]|seedN|-B\.md", path):
+                continue
+            found = list(ROOT.glob(path)) if "*" in path else [ROOT / path] if (ROOT / path).exists() else []
+            if not found:
+                missing.append(f"{source.relative_to(ROOT)}: {path}")
+            if len(Path(path).parts) == 3 and not (ROOT / path).is_dir() and path != "benchmarks/results/fidelity.json":
+                flat.append(f"{source.relative_to(ROOT)}: {path}")
+    assert flat == []
+    assert missing == []
