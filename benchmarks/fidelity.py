@@ -5,6 +5,9 @@ Each key is a 3-seed mean read from a result file that ``benchmarks/reproduce.py
 
 - ``hcan_alone_mb2013_map`` / ``hcan_alone_mb2014_map``: HCAN alone (no QL interpolation), MAP on TREC
   Microblog 2013 / 2014, HCAN's protocol (train on the other years), against Rao et al. Table 3;
+- ``hcan_cosine_alone_mb2013_map`` / ``..._mb2014_map``: the same with ``--set rm_softmax_over=none`` (the RM
+  features read from the cosine matrix, no softmax; not the paper's: the change the exact-match probe
+  points to);
 - ``iasm_titles_p1`` / ``drmm_titles_p1``: P@1 of IASM-Dynamic (3 layers, the paper's depth for PubMed) /
   DRMM ranking all 338 test abstracts for each NFCorpus title (the closest setting to IASM's PubMed task),
   against Zhao et al. Table III;
@@ -32,6 +35,10 @@ SOURCES = {
                               "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2013 MAP"),
     "hcan_alone_mb2014_map": ("microblog/2014-hcan-hinge-all.json", "hcan-HCAN", "AP", 0.4365,
                               "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2014 MAP"),
+    "hcan_cosine_alone_mb2013_map": ("microblog/2013-hcan-cosine-hinge.json", "hcan-HCAN-cosine", "AP", 0.2920,
+                                     "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2013 MAP"),
+    "hcan_cosine_alone_mb2014_map": ("microblog/2014-hcan-cosine-hinge.json", "hcan-HCAN-cosine", "AP", 0.4365,
+                                     "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2014 MAP"),
     "iasm_titles_p1": ("nfcorpus/titles-full-ranking-iasm-3layers.json", "iasm", "P@1", 0.2474,
                        "Zhao et al., ICDM 2020, Table III, IASM-Dynamic, PubMed P@1 (its own sample)"),
     "drmm_titles_p1": ("nfcorpus/titles-full-ranking-drmm.json", "drmm", "P@1", 0.1246,

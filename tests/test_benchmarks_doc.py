@@ -5,6 +5,7 @@ Fast and data-free: the renderers read only ``benchmarks/results`` (JSON and Mar
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -143,3 +144,13 @@ def test_the_results_folder_holds_no_flat_files_and_every_named_result_exists():
                 flat.append(f"{source.relative_to(ROOT)}: {path}")
     assert flat == []
     assert missing == []
+
+
+def test_fidelity_json_and_its_table_are_what_fidelity_py_builds():
+    fidelity = load_script("fidelity")
+    record = fidelity.build()
+    assert set(record) >= {"hcan_alone_mb2013_map", "hcan_alone_mb2014_map", "iasm_titles_p1", "drmm_titles_p1"}
+    assert all(len(entry["per_seed"]) >= 3 for entry in record.values())
+    stored = json.loads((ROOT / "benchmarks" / "results" / "fidelity.json").read_text())
+    assert stored == record, "run python benchmarks/fidelity.py --update BENCHMARKS.md"
+    assert between(text(), fidelity.BEGIN, fidelity.END) == "\n" + fidelity.render(record)

@@ -307,7 +307,7 @@ def test_head_learning_rate_is_refused_for_a_model_without_a_pretrained_encoder(
 
 
 def test_positive_pool_keeps_the_positives_among_the_candidates():
-    from pipeline.core.records import Query, Doc, Query, ScoredDoc
+    from pipeline.core.records import Doc, Query, ScoredDoc
     from rerankers.training.loop import Trainer
 
     docs = {d: Doc(d, f"text {d}") for d in ("r1", "r2", "r3", "n1", "n2")}
