@@ -26,6 +26,13 @@ from tests.conftest import PYTHON, REPO, subprocess_env
 from tests.helpers import fit_on_tiny_dataset, one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
 
 WORDS = [f"w{i}" for i in range(40)]
+
+
+def same_scores(expected):
+    """The model's scores, to float32 precision: the service scores in batches of its own making, on its
+    worker thread, so padding and the order of a reduction may change the last bits (3e-8 was seen on a
+    busy machine); what it serves must be the model's scores, not bit-identical copies."""
+    return pytest.approx(expected, rel=1e-6, abs=1e-7)
 SETTINGS = dict(epochs=1, batch_size=16, negatives=3, device="cpu")
 
 
@@ -167,7 +174,7 @@ def test_concurrent_requests_are_batched_and_score_as_alone(counted, trained):
     for (query, docs), (status, answer, _) in zip(items, answers):
         assert status == 200, answer
         expected = dict(zip([d.doc_id for d in docs], reranker.score(query, docs)))
-        assert {r["id"]: r["score"] for r in answer["results"]} == expected
+        assert {r["id"]: r["score"] for r in answer["results"]} == same_scores(expected)
         scores = [r["score"] for r in answer["results"]]
         assert scores == sorted(scores, reverse=True)
     assert sum(counting.calls) == len(items)
@@ -184,7 +191,8 @@ def test_a_reused_id_with_another_text_is_scored_on_its_text(counted, trained):
     for number, text in enumerate(("w1 w2 w9 w10", "w20 w21 w22", "w3")):
         status, answer, _ = call(server.url, "POST", "/rerank", rerank_body(query, [Doc("same", text)]))
         assert status == 200
-        assert answer["results"] == [{"id": "same", "score": reranker.score(query, [Doc(f"text{number}", text)])[0]}]
+        assert [r["id"] for r in answer["results"]] == ["same"]
+        assert [r["score"] for r in answer["results"]] == same_scores(reranker.score(query, [Doc(f"text{number}", text)]))
 
 
 def test_top_k_keeps_the_best_and_an_empty_list_gives_no_results(counted, trained):
@@ -216,7 +224,7 @@ def test_a_failing_request_does_not_fail_the_others_of_its_batch(trained):
         assert [status for status, _, _ in answers] == [200] * 5 + [500]
         assert "cannot score 'boom'" in answers[-1][1]["error"]
         for (query, docs), (_, answer, _) in zip(items[:5], answers):
-            assert [r["score"] for r in answer["results"]] == sorted(reranker.score(query, docs), reverse=True)
+            assert [r["score"] for r in answer["results"]] == same_scores(sorted(reranker.score(query, docs), reverse=True))
         assert max(counting.calls) > 1  # the failure happened inside a shared batch
     finally:
         server.close()
@@ -228,7 +236,8 @@ def test_closing_answers_what_is_queued_then_refuses(trained):
     items = query_items(train, 6)
     futures = [batcher.submit(query, docs) for query, docs in items]
     batcher.close()
-    assert [future.result(timeout=0) for future in futures] == [reranker.score(q, d) for q, d in items]
+    for future, (query, docs) in zip(futures, items):
+        assert future.result(timeout=0) == same_scores(reranker.score(query, docs))
     with pytest.raises(serve.ServiceUnavailable):
         batcher.submit(*items[0])
 
@@ -244,7 +253,8 @@ def test_search_retrieves_then_reranks(trained):
         assert status == 200 and len(answer["results"]) == 5
         candidates = Overlap(docs).search([query], 5)[query.query_id]
         expected = reranker.score(query, [docs[hit.doc_id] for hit in candidates])
-        assert {r["id"]: r["score"] for r in answer["results"]} == dict(zip([h.doc_id for h in candidates], expected))
+        assert {r["id"]: r["score"] for r in answer["results"]} == same_scores(
+            dict(zip([h.doc_id for h in candidates], expected)))
         assert {r["id"]: (r["first_stage_rank"], r["first_stage_score"]) for r in answer["results"]} == {
             hit.doc_id: (rank, hit.score) for rank, hit in enumerate(candidates, 1)}
         status, top, _ = call(server.url, "POST", "/search", {"query": query.text, "k": 9, "top_k": 3})
@@ -379,8 +389,8 @@ def test_the_command_serves_and_stops_cleanly_on_a_signal(trained, signum, statu
         query, docs = query_items(train, 1)[0]
         status_code, answer, _ = call(url, "POST", "/rerank", rerank_body(query, docs))
         assert status_code == 200
-        assert {r["id"]: r["score"] for r in answer["results"]} == dict(
-            zip([d.doc_id for d in docs], reranker.score(query, docs)))
+        assert {r["id"]: r["score"] for r in answer["results"]} == same_scores(dict(
+            zip([d.doc_id for d in docs], reranker.score(query, docs))))
         os.kill(process.pid, signum)
         out, err = process.communicate(timeout=30)
     finally:
