@@ -151,7 +151,7 @@ COLLECTIONS = [
 DL_MODELS = [
     ("bi-encoder, zero-shot (MiniLM as packaged)", "dl/{year}-bi-encoder-zero-shot.json", "bi-encoder"),
     ("cross-encoder (MiniLM + new head, 2 epochs x 3,200 pairs)", "dl/{year}-cross-encoder.json", "cross-encoder"),
-    ("ADDAX (MiniLM)", "dl/{year}-addax.json", "addax"),
+    ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/{year}-addax.json", "addax"),
     ("HCAN (2 epochs x 3,200 pairs)", "dl/{year}-hcan.json", "hcan"),
     ("KNRM", "dl/{year}-knrm-drmm.json", "knrm"),
     ("DRMM", "dl/{year}-knrm-drmm.json", "drmm"),

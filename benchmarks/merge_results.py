@@ -50,7 +50,8 @@ def protocol_of(command: str, source: Path) -> dict:
     except SystemExit as error:
         raise PipelineError(f"{source}: cannot parse its reproduce.py command line {command!r}") from error
     options = {name: value for name, value in vars(args).items() if name not in RUN_ONLY_OPTIONS}
-    options["metrics"] = " ".join(sorted(options["metrics"].split()))
+    if options.get("metrics"):  # None: the dataset recipe's metrics
+        options["metrics"] = " ".join(sorted(options["metrics"].split()))
     return options
 
 

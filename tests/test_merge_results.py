@@ -84,3 +84,17 @@ def test_files_without_seeds_are_refused(tmp_path):
     broken.write_text("{")
     with pytest.raises(PipelineError, match="broken.json"):
         merge_results.merge([broken])
+
+
+def test_runs_without_metrics_use_the_recipe_and_merge(tmp_path):
+    # reproduce.py without --metrics evaluates the dataset recipe's metrics; such files merge too
+    protocol = PROTOCOL.replace(" --metrics P@1 RR", "")
+    a = _write(tmp_path / "a.json", "--reranker knrm", "1", {"knrm": {"seeds": [1], "P@1": [0.1], "RR": [0.2]}},
+               protocol=protocol)
+    b = _write(tmp_path / "b.json", "--reranker knrm", "2", {"knrm": {"seeds": [2], "P@1": [0.3], "RR": [0.2]}},
+               protocol=protocol)
+    _, results, _ = merge_results.merge([a, b])
+    assert results["knrm"]["P@1"] == [0.1, 0.3]
+    c = _write(tmp_path / "c.json", "--reranker knrm", "3", {"knrm": {"seeds": [3], "P@1": [0.1], "RR": [0.2]}})
+    with pytest.raises(PipelineError, match="protocol differs.*metrics"):
+        merge_results.merge([a, c])
