@@ -193,6 +193,16 @@ def render_dl(years=("2019", "2020")) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(dict.fromkeys(sources)) + "\n"
 
 
+def replace_block(text: str, name: str, table: str, source: str = "the file") -> str:
+    """``text`` with the lines between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` replaced by ``table``
+    (every table renderer of BENCHMARKS.md writes through this; a missing marker stops with ``source``)."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"{source}: no {begin} ... {end} block to replace")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + table + rest[rest.index(end):]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", help="write the tables here (atomically)")
@@ -208,11 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.update:
         text = Path(args.update).read_text(encoding="utf-8")
         for name, table in tables.items():
-            begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-            if begin not in text or end not in text:
-                raise SystemExit(f"{args.update}: no {begin} ... {end} block to replace")
-            head, rest = text.split(begin, 1)
-            text = head + begin + "\n" + table + rest[rest.index(end):]
+            text = replace_block(text, name, table, args.update)
         with atomic_write(args.update) as handle:
             handle.write(text)
     print("\n".join(tables.values()), end="")

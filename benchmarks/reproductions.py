@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from effectiveness import summary  # noqa: E402  (the same "mean ± sd" text as the effectiveness table)
+from effectiveness import replace_block, summary  # noqa: E402  (the same "mean ± sd" text and markers as the effectiveness table)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -353,11 +353,7 @@ PAPERS = (HCAN, IASM, MATCH_SRNN, AMVLSTM, ADDAX)
 def update(text: str, tables: dict[str, str], source: str = "the file") -> str:
     """``text`` with each ``<!-- reproduction:<key>:begin -->`` ... ``end`` block replaced by its table."""
     for key, table in tables.items():
-        begin, end = f"<!-- reproduction:{key}:begin -->", f"<!-- reproduction:{key}:end -->"
-        if begin not in text or end not in text:
-            raise SystemExit(f"{source}: no {begin} ... {end} block to replace")
-        head, rest = text.split(begin, 1)
-        text = head + begin + "\n" + table + rest[rest.index(end):]
+        text = replace_block(text, f"reproduction:{key}", table, source)
     return text
 
 

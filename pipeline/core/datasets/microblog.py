@@ -8,6 +8,7 @@ this dataset gives any word-level model that signal as plain text.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Callable, Iterable
@@ -16,6 +17,7 @@ from ..errors import DataFormatError
 from ..records import Doc
 from ..textio import iter_lines
 from .dataset import Dataset
+from .fingerprint import files_fingerprint
 from .pair_format import pair_dataset
 from .recipes import MICROBLOG_RECIPE
 
@@ -62,14 +64,23 @@ def microblog_loader(years: Iterable[str], with_urls: bool = False) -> Callable[
         if len(years) == len(MICROBLOG_YEARS):
             dataset.recipe = MICROBLOG_RECIPE
         if with_urls:
-            urls: dict[str, str] = {}
-            for folder in folders.values():
-                urls.update(_tweet_urls(folder))
-            plain = dataset.docs_factory
-            dataset.docs_factory = lambda: (Doc(d.doc_id, f"{d.text} {urls[d.doc_id]}") if urls.get(d.doc_id) else d
-                                            for d in plain())
-            dataset._store = None
-            dataset.fingerprint += "-url"
+            dataset = _with_url_words(dataset, folders.values())
         return dataset
 
     return load
+
+
+def _with_url_words(dataset: Dataset, folders: Iterable[Path]) -> Dataset:
+    """``dataset`` whose tweets are followed by their URL words; its fingerprint covers the ``url.txt`` files."""
+    folders = list(folders)
+    urls: dict[str, str] = {}
+    for folder in folders:
+        urls.update(_tweet_urls(folder))
+    plain = dataset.docs_factory
+    return dataclasses.replace(
+        dataset,
+        docs_factory=lambda: (Doc(d.doc_id, f"{d.text} {urls[d.doc_id]}") if urls.get(d.doc_id) else d
+                              for d in plain()),
+        fingerprint=f"{dataset.fingerprint}-url-{files_fingerprint(folder / 'url.txt' for folder in folders)}",
+        _store=None,
+    )
