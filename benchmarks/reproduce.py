@@ -49,6 +49,8 @@ def reproduce_parser() -> argparse.ArgumentParser:
                              "dataset's, usually auto: the model alone and combined; 'none': alone only)")
     parser.add_argument("--model", help="re-rank with this checkpoint or pre-trained model instead of training "
                                         "(pipeline.run --model; e.g. --reranker bi-encoder --model all-MiniLM-L6-v2)")
+    parser.add_argument("--bf16", action="store_true", help="score in bfloat16 (pipeline.run --bf16)")
+    parser.add_argument("--int8", action="store_true", help="score with int8 linear layers (pipeline.run --int8)")
     parser.add_argument("--output-dir", default="runs/reproduce")
     parser.add_argument("--output", help="write the Markdown table here (and .json beside it)")
     return parser
@@ -87,6 +89,7 @@ def main() -> None:
                     argv += ["--interpolate", args.interpolate]
                 if args.model:
                     argv += ["--model", args.model]
+                argv += ["--bf16"] * args.bf16 + ["--int8"] * args.int8
                 # one call per seed: with --interpolate its table holds the re-ranker alone and interpolated,
                 # from one scoring pass (the rows: first stage, [alone,] final)
                 result = run_pipeline(build_parser().parse_args(argv))

@@ -1,5 +1,6 @@
-"""Scoring speed: one batch per query against batches filled across queries (``score_many``), HCAN on
-Cranfield before and after its scoring fixes, and fp32 against int8 for the cross-encoder.
+"""Scoring speed: one batch per query against batches filled across queries (``score_many``), in float32
+and in bfloat16 (``--bf16``), HCAN on Cranfield before and after its scoring fixes, and fp32 against int8
+and bfloat16 for the cross-encoder.
 
     python benchmarks/scoring_speed.py [--wikiqa-threads 1 2] [--hcan-threads 2 1] [--hcan-queries 20] \
         [--int8-pairs 1000] [--output benchmarks/results/speed/scoring.md]
@@ -13,17 +14,21 @@ not fitted.
 1. WikiQA ``test`` (243 questions, all their shipped candidates): the cross-encoder and ADDAX on the
    packaged MiniLM, :func:`pipeline.run.rerank` query by query (``batch_queries=False``: one ``score`` call
    and at most one batch per question, what ``rerank`` did before) against across queries (``score_many``
-   over chunks of queries, batches of ``score_batch_size`` = 64 pairs). ADDAX's document cache is emptied
-   before each measured block, so both sides encode every candidate once. For each ``--wikiqa-threads``.
+   over chunks of queries, batches of ``score_batch_size`` = 64 pairs), the latter also in bfloat16
+   (:meth:`~rerankers.neural.TorchReranker.score_in_bf16`). ADDAX's document cache is emptied before each
+   measured block, so every side encodes every candidate once. For each ``--wikiqa-threads``.
 2. HCAN (deep encoder, full matching, F = 256, documents cut to 64 tokens) prepared on Cranfield, re-ranking
    the BM25 top 100 of the first ``--hcan-queries`` queries, for each ``--hcan-threads``: the code before this
    change (packed LSTMs in every semantic-matching layer, the concatenated LSTM input copied before packing,
    every pair's query and document encoded anew; reproduced here by swapping those three methods back),
    query by query, against the code now, query by query and across queries at the default scoring batch
-   (256 pairs) and at 1,024 pairs (``--batch-size 1024``).
-3. int8: the cross-encoder on the first ``--int8-pairs`` BM25 pairs of TREC DL 2019 (queries by id, each
-   one's top 100), one thread, ``score_many`` with float32 weights against the same model after
-   :meth:`~rerankers.transformer_base.TransformerReranker.quantize_int8`.
+   (256 pairs) and at 1,024 pairs (``--batch-size 1024``), and query by query and across queries in
+   bfloat16.
+3. int8 and bfloat16: the cross-encoder on the first ``--int8-pairs`` BM25 pairs of TREC DL 2019 (queries by
+   id, each one's top 100), one thread, ``score_many`` with float32 weights against the same model after
+   :meth:`~rerankers.transformer_base.TransformerReranker.quantize_int8`, and against it in bfloat16.
+
+bfloat16 is fast only on CPUs with AMX or AVX512-BF16; the report says whether this one has them.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ import torch  # noqa: E402
 
 from pipeline.core.atomic import write_text  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
+from pipeline.core.runtime import native_bf16  # noqa: E402
 from pipeline.stages import rerank, retrieve  # noqa: E402
 from rerankers.training.data import RankingData  # noqa: E402
 from rerankers import reranker_class  # noqa: E402
@@ -99,15 +105,25 @@ def wikiqa_rows(threads: int) -> list[dict]:
         reranker = reranker_class(name).from_options({}, seed=1)
         reranker.prepare()
         rerank(reranker, dataset, dict(list(first.items())[:2]))                  # warm-up
-        sides = {"query by query": lambda part: rerank(reranker, dataset, part, batch_queries=False),
-                 "across queries": lambda part: rerank(reranker, dataset, part)}
+        def in_bf16(part, reranker=reranker):
+            reranker.score_in_bf16()
+            try:
+                return rerank(reranker, dataset, part)
+            finally:
+                reranker.score_in_bf16(False)
+
+        sides = {"query by query": lambda part, r=reranker: rerank(r, dataset, part, batch_queries=False),
+                 "across queries": lambda part, r=reranker: rerank(r, dataset, part),
+                 "across queries, bf16": in_bf16}
         seconds, results = alternate(sides, parts, before_each=reranker.clear_cache)
         scores = {side: [[h.score for h in hits] for run in runs for hits in run.values()]
                   for side, runs in results.items()}
         rows.append({"model": name, "threads": threads, "queries": len(query_ids), "pairs": pairs,
                      "per_query_s": seconds["query by query"], "across_s": seconds["across queries"],
+                     "bf16_s": seconds["across queries, bf16"],
                      "batch": reranker.train_config.score_batch_size, "load": (load, os.getloadavg()[0]),
-                     "drift": largest_difference(scores["query by query"], scores["across queries"])})
+                     "drift": largest_difference(scores["query by query"], scores["across queries"]),
+                     "bf16_drift": largest_difference(scores["query by query"], scores["across queries, bf16"])})
         del reranker
     return rows
 
@@ -165,11 +181,25 @@ def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
         with hcan_code_before_this_change():
             return [reranker.score(query, docs) for query, docs in part]
 
+    def in_bf16(score):
+        def side(part):
+            reranker.score_in_bf16()
+            try:
+                return score(part)
+            finally:
+                reranker.score_in_bf16(False)
+        return side
+
+    def query_by_query(part):
+        return [reranker.score(query, docs) for query, docs in part]
+
     sides = {
         "before, query by query": before,
-        "now, query by query": lambda part: [reranker.score(query, docs) for query, docs in part],
+        "now, query by query": query_by_query,
         "now, across queries (batch 256)": lambda part: reranker.score_many(part),
         "now, across queries (batch 1,024)": lambda part: reranker.score_many(part, batch_size=1024),
+        "now, query by query, bf16": in_bf16(query_by_query),
+        "now, across queries (batch 256), bf16": in_bf16(reranker.score_many),
     }
     load = os.getloadavg()[0]
     seconds, results = alternate(sides, blocks(work, 2))
@@ -205,25 +235,31 @@ def int8_row(pairs: int) -> dict:
     quantized = reranker_class("cross-encoder").from_options({}, seed=1)
     quantized.prepare()                   # the same seed: the same weights before quantization
     quantized.quantize_int8()
-    for model in (reranker, quantized):
+    halved = reranker_class("cross-encoder").from_options({}, seed=1)
+    halved.prepare()
+    halved.score_in_bf16()
+    for model in (reranker, quantized, halved):
         model.score_many(work[:1])                                                 # warm-up
-    sides = {"fp32": reranker.score_many, "int8": quantized.score_many}
+    sides = {"fp32": reranker.score_many, "int8": quantized.score_many, "bf16": halved.score_many}
     seconds, results = alternate(sides, blocks(work, max(1, len(work) // 2)))
-    fp32 = [s for part in results["fp32"] for s in part]
-    int8 = [s for part in results["int8"] for s in part]
-    flat32 = torch.tensor([x for scores in fp32 for x in scores])
-    flat8 = torch.tensor([x for scores in int8 for x in scores])
+    scores = {side: [s for part in parts for s in part] for side, parts in results.items()}
+    flat = {side: torch.tensor([x for values in lists for x in values]) for side, lists in scores.items()}
 
     def ranks(values):
         return values.argsort().argsort().double()
 
-    correlations = []
-    for a, b in zip(fp32, int8):
-        ra, rb = ranks(torch.tensor(a)), ranks(torch.tensor(b))
-        correlations.append(float(((ra - ra.mean()) * (rb - rb.mean())).sum() / (ra.std() * rb.std() * (len(ra) - 1))))
+    def spearman(side):
+        correlations = []
+        for a, b in zip(scores["fp32"], scores[side]):
+            ra, rb = ranks(torch.tensor(a)), ranks(torch.tensor(b))
+            correlations.append(float(((ra - ra.mean()) * (rb - rb.mean())).sum()
+                                      / (ra.std() * rb.std() * (len(ra) - 1))))
+        return sum(correlations) / len(correlations)
+
     return {"pairs": total, "queries": len(work), "fp32_s": seconds["fp32"], "int8_s": seconds["int8"],
-            "spearman": sum(correlations) / len(correlations), "max_diff": float((flat32 - flat8).abs().max()),
-            "spread": float(flat32.std())}
+            "bf16_s": seconds["bf16"], "spearman": spearman("int8"), "bf16_spearman": spearman("bf16"),
+            "max_diff": float((flat["fp32"] - flat["int8"]).abs().max()),
+            "bf16_max_diff": float((flat["fp32"] - flat["bf16"]).abs().max()), "spread": float(flat["fp32"].std())}
 
 
 # -------------------------------------------------------------------------------------------- main
@@ -231,7 +267,8 @@ def int8_row(pairs: int) -> dict:
 
 def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, load: tuple) -> str:
     """The Markdown report of the three comparisons."""
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, bfloat16 matrix "
+               f"instructions: {'yes' if native_bf16() else 'no'}")
     lines = [f"# Scoring speed ({time.strftime('%Y-%m-%d')}, {machine}; load average at the start "
              f"{load[0]:.1f}, at the end {load[1]:.1f})", "",
              "One process; the two sides of each comparison alternate over blocks of queries. Untrained "
@@ -239,13 +276,16 @@ def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, 
              "runs under the same load.", "",
              "## Transformers on WikiQA test: query by query vs across queries", "",
              "| model | threads | queries / pairs | query by query (s) | across queries (s) | speed-up | "
-             "largest score difference | load average |", "|---|---|---|---|---|---|---|---|"]
+             "largest score difference | across queries, bf16 (s) | speed-up | largest score difference | "
+             "load average |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in wikiqa:
         lines.append(f"| {row['model']} | {row['threads']} | {row['queries']} / {row['pairs']} | "
                      f"{row['per_query_s']:.1f} | {row['across_s']:.1f} | "
                      f"**{row['per_query_s'] / row['across_s']:.2f}x** | {row['drift']:.1e} | "
-                     f"{row['load'][0]:.1f} -> {row['load'][1]:.1f} |")
-    lines += ["", f"Goal: >= {WIKIQA_GOAL:.0f}x (batches of {wikiqa[0]['batch']} pairs across queries).", ""]
+                     f"{row['bf16_s']:.1f} | **{row['per_query_s'] / row['bf16_s']:.2f}x** | "
+                     f"{row['bf16_drift']:.1e} | {row['load'][0]:.1f} -> {row['load'][1]:.1f} |")
+    lines += ["", f"Goal: >= {WIKIQA_GOAL:.0f}x (batches of {wikiqa[0]['batch']} pairs across queries; speed-ups "
+              "against query by query in float32).", ""]
     for rows, info in hcan:
         lines += [f"## HCAN on Cranfield BM25 top 100 ({info['queries']} queries, {info['pairs']} pairs, "
                   f"{info['distinct_docs']} distinct documents, {info['full_length']:.0%} of the pairs' documents "
@@ -259,16 +299,19 @@ def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, 
                 f"({'met' if best < HCAN_GOAL_SECONDS else 'NOT met'})." if info["threads"] == 2 else
                 f"(The goal is for 2 threads; best here {best:.3f} s.)")
         lines += ["", goal, ""]
-    lines += [f"## int8 cross-encoder on TREC DL 2019 BM25 pairs (1 thread, {int8['pairs']} pairs, "
+    lines += [f"## int8 and bfloat16 cross-encoder on TREC DL 2019 BM25 pairs (1 thread, {int8['pairs']} pairs, "
               f"{int8['queries']} queries, across queries)", "",
-              "| weights | seconds | pairs/s |", "|---|---|---|",
-              f"| fp32 | {int8['fp32_s']:.1f} | {int8['pairs'] / int8['fp32_s']:.1f} |",
-              f"| int8 (dynamic, nn.Linear) | {int8['int8_s']:.1f} | {int8['pairs'] / int8['int8_s']:.1f} |", "",
-              f"int8 / fp32 speed-up **{int8['fp32_s'] / int8['int8_s']:.2f}x**. With these untrained weights "
-              f"the scores hardly differ between documents (standard deviation {int8['spread']:.3f}; largest "
-              f"int8 change {int8['max_diff']:.3f}; per-query Spearman correlation of the two rankings "
-              f"{int8['spearman']:.3f}), so this says nothing about effectiveness: see BENCHMARKS.md for MAP "
-              f"with trained models."]
+              "| arithmetic | seconds | pairs/s | speed-up | largest score change | per-query Spearman vs fp32 |",
+              "|---|---|---|---|---|---|",
+              f"| fp32 | {int8['fp32_s']:.1f} | {int8['pairs'] / int8['fp32_s']:.1f} | | | |",
+              f"| int8 (dynamic, nn.Linear) | {int8['int8_s']:.1f} | {int8['pairs'] / int8['int8_s']:.1f} | "
+              f"**{int8['fp32_s'] / int8['int8_s']:.2f}x** | {int8['max_diff']:.3f} | {int8['spearman']:.3f} |",
+              f"| bf16 (autocast) | {int8['bf16_s']:.1f} | {int8['pairs'] / int8['bf16_s']:.1f} | "
+              f"**{int8['fp32_s'] / int8['bf16_s']:.2f}x** | {int8['bf16_max_diff']:.3f} | "
+              f"{int8['bf16_spearman']:.3f} |", "",
+              f"With these untrained weights the scores hardly differ between documents (standard deviation "
+              f"{int8['spread']:.3f}), so the rank correlations say little about effectiveness: see BENCHMARKS.md "
+              f"for MAP with trained models."]
     return "\n".join(lines)
 
 

@@ -131,6 +131,8 @@ class RunConfig:
                                     "(default: the model's score_batch_size)", SCORING, metavar="N")
     int8: bool = option(False, "score with int8 dynamically quantized linear layers (transformer re-rankers, "
                         "CPU only; faster, slightly different scores)", SCORING)
+    bf16: bool = option(False, "score with bfloat16 matrix products (any torch re-ranker; several times faster "
+                        "on CPUs with AMX or AVX512-BF16, slower on others; slightly different scores)", SCORING)
 
     k1: float = option(0.9, "BM25 k1 (default 0.9)", LUCENE)
     b: float = option(0.4, "BM25 b, in [0, 1] (default 0.4)", LUCENE)

@@ -76,16 +76,16 @@ def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | No
     interpolated, the name of the re-ranker's own run (else ``None``).
 
     ``--name`` is used as given (the re-ranker's own run is ``<name>-alone``); the default name says what
-    differs between runs of one dataset: ``-int8`` (an int8 run must not overwrite the float run it is
-    compared with), ``-alone`` (the re-ranker's own scores are the result), ``-interp<W>`` (a fixed weight;
+    differs between runs of one dataset: ``-int8`` or ``-bf16`` (such a run must not overwrite the float32
+    run it is compared with), ``-alone`` (the re-ranker's own scores are the result), ``-interp<W>`` (a fixed weight;
     the tuned ``auto`` weight is the default and adds nothing) and ``-top<D>`` (re-ranked to depth D).
     """
     given = config.name is not None
     name = config.name or default_run_name(dataset, first_stage_label(config, first_stage), config.reranker, split)
     if not given and config.reranking and training_label(config):
         name += "-" + training_label(config)
-    if config.int8 and not given:
-        name += "-int8"
+    if not given:
+        name += "-int8" if config.int8 else "-bf16" if config.bf16 else ""
     if not config.reranking:
         return name, None
     alone = None

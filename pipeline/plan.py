@@ -14,13 +14,12 @@ from rerankers import reranker_class
 
 from .config import RunConfig
 from .core.datasets import Dataset, select_queries
-from .core.errors import ConfigError
 from .core.records import Query
 from .fusion import check_tunable
 from .model_cache import TrainingPlan, training_plan
 from .naming import run_names
 from .protocols import Fold, make_protocol
-from .resolve import candidate_depth, first_stage_name, interpolation, metric_list, model_options, run_split
+from .resolve import candidate_depth, check_scoring_arithmetic, first_stage_name, interpolation, metric_list, model_options, run_split
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +81,7 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
     """The :class:`RunPlan` of ``config`` on ``dataset``. Loads the re-ranker's class (not a model) and builds
     its configs to check the model options; reads no documents, retrieves and trains nothing."""
     cls = reranker_class(config.reranker)
-    if config.int8 and not hasattr(cls, "quantize_int8"):
-        raise ConfigError("--int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
+    check_scoring_arithmetic(config, cls)
     if cls is not None:
         model_options(config, dataset, cls)  # also with --model: an unknown option is a mistake either way
     split = run_split(config, dataset)

@@ -142,6 +142,15 @@ class PerQueryReranker:
                 scores[position] = list(values)
         return scores
 
+    def score_in_bf16(self, enabled: bool = True) -> "PerQueryReranker":
+        """Every fold's model scores in bfloat16 (see ``TorchReranker.score_in_bf16``); a model that cannot is
+        a :class:`~pipeline.core.errors.PipelineError`."""
+        for model in {id(m): m for m in self.models.values()}.values():
+            if not hasattr(model, "score_in_bf16"):
+                raise PipelineError(f"{self.name}: bfloat16 scoring is for the torch re-rankers")
+            model.score_in_bf16(enabled)
+        return self
+
     def quantize_int8(self) -> "PerQueryReranker":
         """Quantize every fold's model for int8 CPU scoring (see ``TransformerReranker.quantize_int8``); a
         model that cannot be quantized is a :class:`~pipeline.core.errors.PipelineError`."""

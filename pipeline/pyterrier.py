@@ -42,8 +42,8 @@ from .core.errors import ConfigError, PipelineError
 from .core.records import Doc, Query, ScoredDoc
 from .core.runtime import seed_everything, set_threads
 from .model_cache import obtain_reranker
-from .resolve import model_options
-from .stages import rerank
+from .resolve import check_scoring_arithmetic, model_options
+from .stages import rerank, set_scoring_arithmetic
 
 if TYPE_CHECKING:  # only for annotations: pandas comes with PyTerrier, which is optional
     import pandas as pd
@@ -312,7 +312,7 @@ def reranker(name: str, dataset: str | Dataset, text_field: str = "text", **opti
     models of the dataset's protocol, trained now when missing (:func:`pipeline.model_cache.obtain_reranker`).
 
     ``options`` are :class:`~pipeline.config.RunConfig` fields (``seed``, ``folds``, ``split``, ``k``,
-    ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``overrides`` as ``("epochs=3", ...)`` or
+    ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``bf16``, ``overrides`` as ``("epochs=3", ...)`` or
     ``{"epochs": 3}``, ...). On a k-fold dataset (Cranfield, Vaswani, NFCorpus) each query is scored by the
     model trained without it, so the frame's ``qid`` must be the dataset's query ids. Train the model on the
     candidates it will re-rank: the same first stage and ``k`` as the pipeline's.
@@ -323,14 +323,12 @@ def reranker(name: str, dataset: str | Dataset, text_field: str = "text", **opti
     if not config.reranking:
         raise ConfigError("reranker: 'none' is no re-ranker; leave the re-ranker out of the pipeline instead")
     cls = reranker_class(config.reranker)
-    if config.int8 and not hasattr(cls, "quantize_int8"):
-        raise ConfigError("int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
+    check_scoring_arithmetic(config, cls)
     model_options(config, data, cls)  # an unknown --set name is a mistake with a given model too
     seed_everything(config.seed)
     set_threads(config.threads)
     model = cls.load(config.model) if config.model else obtain_reranker(config, data)
-    if config.int8:
-        model.quantize_int8()
+    set_scoring_arithmetic(model, config)
     return transformer_class("RerankerTransformer")(model, text_field=text_field, batch_size=config.batch_size)
 
 

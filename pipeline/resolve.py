@@ -71,6 +71,17 @@ def model_options(config: RunConfig, dataset: Dataset, reranker_class: type) -> 
     return options
 
 
+def check_scoring_arithmetic(config: RunConfig, reranker_class: type | None) -> None:
+    """A :class:`ConfigError` unless ``--int8`` / ``--bf16`` can apply to ``reranker_class`` (at most one of
+    them; int8 for the transformer re-rankers, bfloat16 for every torch re-ranker)."""
+    if config.int8 and config.bf16:
+        raise ConfigError("--int8 and --bf16 exclude each other: choose one scoring arithmetic")
+    if config.int8 and not hasattr(reranker_class, "quantize_int8"):
+        raise ConfigError("--int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
+    if config.bf16 and not hasattr(reranker_class, "score_in_bf16"):
+        raise ConfigError(f"--bf16 applies to the neural (torch) re-rankers, not to {config.reranker!r}")
+
+
 def first_stage_name(config: RunConfig, dataset: Dataset) -> str:
     """The first stage for ``dataset`` (``auto`` settled); one that cannot serve it is a :class:`ConfigError`."""
     name = resolve_first_stage(config.first_stage, dataset)

@@ -52,7 +52,7 @@ from .core.trec import write_run
 from .model_cache import trained_reranker
 from .naming import default_run_name, first_stage_label
 from .plan import plan_run
-from .stages import append_tail, head, rerank, retrieve
+from .stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic
 
 log = logging.getLogger("pipeline.run")
 
@@ -109,8 +109,9 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         started = time.perf_counter()
         reranker = plan.reranker_class.load(config.model) if config.model else trained_reranker(plan.training, dataset)
         timings["train_or_load"] = time.perf_counter() - started
-    if config.int8:
-        reranker.quantize_int8()  # before any scoring: the dev queries tuning the interpolation see it too
+    if reranker is not None:
+        # before any scoring: the dev queries tuning the interpolation are scored the same way
+        set_scoring_arithmetic(reranker, config)
     started = time.perf_counter()
     top = head(first, plan.depth)
     final = rerank(reranker, dataset, top, batch_size=config.batch_size)

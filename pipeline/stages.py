@@ -15,6 +15,7 @@ from rerankers.training import distributed
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Query, Run, ScoredDoc
+from .core.runtime import native_bf16, resolve_device
 from .core.records import ranked as ranked_hits
 
 log = logging.getLogger("pipeline.stages")
@@ -89,6 +90,19 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
         scored = {q: hits for part in distributed.gather_to_all(result) for q, hits in part.items()}
         result = {q: scored[q] for chunk in chunks for q in chunk}  # the first stage's query order
     return result
+
+
+def set_scoring_arithmetic(reranker, config) -> None:
+    """Apply ``config``'s ``--int8`` or ``--bf16`` to a trained or loaded re-ranker before it scores (the
+    pair was checked against the re-ranker by :func:`pipeline.resolve.check_scoring_arithmetic`). bfloat16 on
+    a CPU without bfloat16 matrix instructions is allowed, with a warning that it will be slower."""
+    if config.int8:
+        reranker.quantize_int8()
+    elif config.bf16:
+        if resolve_device().type == "cpu" and not native_bf16():
+            log.warning("--bf16: this CPU has no bfloat16 matrix instructions (AMX or AVX512-BF16); torch "
+                        "emulates them, so scoring will be slower than in float32")
+        reranker.score_in_bf16()
 
 
 def head(first: Run, depth: int) -> Run:

@@ -175,8 +175,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = F
 # --------------------------------------------------------------------------
 
 
+def _float32_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``bmm(a, b)`` in float32, also under bfloat16 autocast (scoring with ``--bf16``): similarity matrices
+    decide exact matches (K-NRM's exact-match kernel is 1e-3 wide, DRMM gives similarity 1 a histogram bin
+    of its own), which 8 significant bits would blur; they are a small part of any model's cost."""
+    with torch.autocast(a.device.type, enabled=False):
+        return torch.bmm(a.float(), b.float())
+
+
 def dot_matrix(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """Dot-product interaction matrix ``S = Q D^T``.
+    """Dot-product interaction matrix ``S = Q D^T`` (float32 even under autocast).
 
     Args:
         q: ``[B, Lq, D]``.
@@ -185,7 +193,7 @@ def dot_matrix(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[B, Lq, Ld]``. Padding cells are 0 when the padding vectors are 0.
     """
-    return torch.bmm(q, d.transpose(1, 2))
+    return _float32_bmm(q, d.transpose(1, 2))
 
 
 def cosine_matrix(
@@ -195,7 +203,7 @@ def cosine_matrix(
     d_mask: torch.Tensor | None = None,
     eps: float = 1e-8,
 ) -> torch.Tensor:
-    """Cosine-similarity interaction matrix (MatchPyramid, KNRM, DRMM, ...).
+    """Cosine-similarity interaction matrix (MatchPyramid, KNRM, DRMM, ...), float32 even under autocast.
 
     Args:
         q: ``[B, Lq, D]``.
@@ -208,9 +216,10 @@ def cosine_matrix(
         ``[B, Lq, Ld]`` in [-1, 1]; cells whose query or document token is
         padding are exactly 0.
     """
+    q, d = q.float(), d.float()
     q_unit = q / q.norm(dim=-1, keepdim=True).clamp_min(eps)
     d_unit = d / d.norm(dim=-1, keepdim=True).clamp_min(eps)
-    sim = torch.bmm(q_unit, d_unit.transpose(1, 2))
+    sim = _float32_bmm(q_unit, d_unit.transpose(1, 2))
     if q_mask is not None:
         sim = sim.masked_fill(~q_mask.unsqueeze(-1), 0.0)
     if d_mask is not None:
@@ -687,20 +696,54 @@ class MaskedBiLSTM(nn.Module):
         # the call nn.LSTM itself makes, for one layer and one direction
         return _VF.lstm(x, (zeros, zeros), weights, True, 1, 0.0, False, False, True)[0]
 
+    def _recur(self, gates: torch.Tensor, suffix: str) -> torch.Tensor:
+        """Outputs ``[B, L, H]`` of one direction's recurrence over input gates already computed
+        (``gates`` ``[B, L, 4H]`` = input projection, biases not added), in float32."""
+        from torch import _VF
+
+        lstm = self.lstm
+        identity = torch.eye(gates.shape[-1], device=gates.device)
+        weights = [identity] + [getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_hh", "bias_ih", "bias_hh")]
+        zeros = gates.new_zeros(1, gates.shape[0], self.hidden_size)
+        # an identity input weight: the fused kernel adds the gates exactly and runs the recurrence
+        return _VF.lstm(gates, (zeros, zeros), weights, True, 1, 0.0, False, False, True)[0]
+
+    def _bf16_projection(self, x: torch.Tensor) -> bool:
+        """True when ``x``'s LSTM input projection should be one bfloat16 product (CPU autocast to
+        bfloat16, as in :meth:`rerankers.neural.TorchReranker.score_in_bf16`): oneDNN's bfloat16 LSTM is
+        slower than its float32 one at these hidden sizes, while a bfloat16 matrix product is several times
+        faster, so the projection runs as a product and the recurrence stays float32."""
+        return (x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+
     def _unpacked(self, x: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor):
         """:meth:`forward` without packing, for one layer without gradients (see the class docstring)."""
         batch, max_len, dim = x.shape
-        if bool((lengths == max_len).all()):
+        projected = self._bf16_projection(x)
+        if not projected and bool((lengths == max_len).all()):
             outputs, (h_n, _) = self.lstm(x)   # no padding: exactly the packed computation
             return outputs, torch.cat([h_n[-2], h_n[-1]], dim=-1)
         positions = torch.arange(max_len, device=x.device)[None, :]
         ends = lengths[:, None]
         # row b reversed within its length; padding positions map to themselves (and stay at the end)
         order = torch.where(positions < ends, ends - 1 - positions, positions)
-        forward = self._direction(x, "")
-        # gathered time-major, so the LSTM reads the reversed rows without another copy
-        flipped = x.transpose(0, 1).gather(0, order.t()[:, :, None].expand(max_len, batch, dim)).transpose(0, 1)
-        backward = self._direction(flipped, "_reverse")
+        if projected:
+            lstm = self.lstm
+            # both directions' projections in one product, computed time-major (x is usually a transposed
+            # view of a time-major tensor), then the backward gates reversed within each row's length
+            weight = torch.cat([lstm.weight_ih_l0, lstm.weight_ih_l0_reverse])
+            gates = F.linear(x.transpose(0, 1), weight)
+            with torch.autocast("cpu", enabled=False):
+                forward_gates, backward_gates = gates.float().split(4 * self.hidden_size, dim=-1)
+                width = backward_gates.shape[-1]
+                backward_gates = backward_gates.gather(0, order.t()[:, :, None].expand(max_len, batch, width))
+                forward = self._recur(forward_gates.transpose(0, 1), "")
+                backward = self._recur(backward_gates.transpose(0, 1), "_reverse")
+        else:
+            forward = self._direction(x, "")
+            # gathered time-major, so the LSTM reads the reversed rows without another copy
+            flipped = x.transpose(0, 1).gather(0, order.t()[:, :, None].expand(max_len, batch, dim)).transpose(0, 1)
+            backward = self._direction(flipped, "_reverse")
         backward = backward.gather(1, order[:, :, None].expand(batch, max_len, self.hidden_size))
         outputs = masked_fill_padding(torch.cat([forward, backward], dim=-1), mask)
         rows = torch.arange(batch, device=x.device)

@@ -60,6 +60,8 @@ class TorchReranker:
     """
 
     name: ClassVar[str] = "torch"
+    #: True after :meth:`score_in_bf16`: scoring runs its matrix products in bfloat16
+    bf16: bool = False
 
     def option_configs(self) -> list:
         """The config dataclasses ``--set``/``--config`` options apply to."""
@@ -84,6 +86,39 @@ class TorchReranker:
         """Hook run once per scoring call (:meth:`score` or :meth:`score_many`) before batching, with the
         call's distinct documents and queries, so a subclass can prepare them in one go (default: nothing).
         It may cache what it prepares but must not rely on finding it again: a bounded cache can forget."""
+
+    def clear_cache(self) -> None:
+        """Forget cached model outputs (after the weights or the arithmetic change; default: nothing cached)."""
+
+    def score_in_bf16(self, enabled: bool = True) -> "TorchReranker":
+        """Score with bfloat16 matrix products (``enabled=False``: float32 again); returns the re-ranker.
+
+        Scoring then runs under ``torch.autocast(dtype=torch.bfloat16)``: matrix products, convolutions and
+        attention read bfloat16 inputs (8 significant bits) and accumulate in float32, while reductions,
+        softmaxes and normalisations stay float32; LSTMs keep a float32 recurrence and take only their input
+        projection in bfloat16 (:class:`~rerankers.blocks.MaskedBiLSTM`). On CPUs with AMX or AVX512-BF16
+        (Intel Sapphire Rapids and later, AMD Zen 4) these products run several times faster than float32;
+        on other CPUs bfloat16 is emulated and slower (:func:`pipeline.core.runtime.native_bf16` says which). Scores move by about
+        1e-2 of their spread (BENCHMARKS.md, "Scoring throughput", measures the ranking cost). Training is
+        not affected: :meth:`fit` always computes in float32. Cached encoder outputs are dropped, since they
+        came from the other arithmetic."""
+        if enabled and getattr(self, "quantized", False):
+            raise PipelineError(f"{self.name}: an int8-quantized model cannot also score in bfloat16")
+        self.bf16 = bool(enabled)
+        self.clear_cache()
+        return self
+
+    def _arithmetic(self):
+        """The context scoring runs in: bfloat16 autocast on the module's device after :meth:`score_in_bf16`,
+        else nothing."""
+        import contextlib
+
+        import torch
+
+        if not self.bf16:
+            return contextlib.nullcontext()
+        device = next(self.module.parameters()).device.type
+        return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
     def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:
         """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`."""
@@ -113,12 +148,13 @@ class TorchReranker:
             set_threads()
             self._threads_set = True
         self.module.eval()
-        self.before_scoring(list(dict.fromkeys(doc for _, docs in items for doc in docs)),
-                            list(dict.fromkeys(query for query, _ in items)))
         size = max(1, batch_size or self.train_config.score_batch_size)
-        keys = [(self.pair_length(items[i][0], items[i][1][j]), items[i][1][j].doc_id) for i, j in pairs]
-        order = sorted(range(len(pairs)), key=keys.__getitem__)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._arithmetic():
+            # inside the arithmetic's context: a model that encodes its documents here caches them in it
+            self.before_scoring(list(dict.fromkeys(doc for _, docs in items for doc in docs)),
+                                list(dict.fromkeys(query for query, _ in items)))
+            keys = [(self.pair_length(items[i][0], items[i][1][j]), items[i][1][j].doc_id) for i, j in pairs]
+            order = sorted(range(len(pairs)), key=keys.__getitem__)
             for start in range(0, len(order), size):
                 chunk = [pairs[p] for p in order[start : start + size]]
                 batch = self.encode([(items[i][0], items[i][1][j]) for i, j in chunk])

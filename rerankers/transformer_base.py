@@ -388,6 +388,8 @@ class TransformerReranker(TorchReranker):
         self._require_prepared()
         if self.quantized:
             return self
+        if self.bf16:
+            raise PipelineError(f"{self.name}: a model scoring in bfloat16 cannot also be quantized to int8")
         self.module.to("cpu")
         self.device = torch.device("cpu")
         self.module.eval()

@@ -1,7 +1,7 @@
 """Scoring many queries at once (``score_many``): the same scores as query-by-query scoring for every
 re-ranker that can be built small, k-fold dispatch, ADDAX's caches with a document under two queries,
 ``pipeline.run.rerank`` and the dev metric's ``rerank_candidates``, the unpacked LSTM used for scoring, the
-``--batch-size``/``--int8`` options and int8 scoring.
+``--batch-size``/``--int8``/``--bf16`` options, int8 scoring and bfloat16 scoring.
 
 Word-level models are prepared (not trained) on a small synthetic collection whose queries, candidate lists
 and documents all have different lengths, so that batches mixing queries are padded; transformer models
@@ -240,6 +240,65 @@ def test_masked_bilstm_scoring_path_equals_the_packed_path():
             assert torch.equal(c, b)                             # padding never reaches a real position
 
 
+def test_masked_bilstm_bf16_projection_path_keeps_padding_out_and_stays_close():
+    torch.manual_seed(0)
+    lstm = MaskedBiLSTM(6, 4).eval()
+    for lengths in ([9, 0, 3, 9, 1, 5], [7, 7, 7]):
+        lengths = torch.tensor(lengths)
+        mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+        x = torch.randn(*mask.shape, 6)
+        with torch.inference_mode():
+            float32 = lstm(x, mask)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                assert lstm._bf16_projection(x)
+                bf16 = lstm(x, mask)
+                garbage = lstm(torch.where(mask[..., None], x, torch.tensor(float("nan"))), mask)
+        for a, b, c in zip(float32, bf16, garbage):
+            assert b.dtype == torch.float32                      # the recurrence stays float32
+            torch.testing.assert_close(b, a, atol=2e-2, rtol=0)
+            assert not torch.equal(b, a)                         # the projection did run in bfloat16
+            assert torch.equal(c, b)                             # padding never reaches a real position
+
+
+# ---------------------------------------------------------------------------------------- bfloat16
+
+
+def check_bf16_scoring(reranker, items):
+    """bfloat16 scores are finite, close to float32 ones (relative to their size) and not equal to them;
+    switching back gives the float32 scores exactly."""
+    float32 = reranker.score_many(items)
+    assert reranker.score_in_bf16() is reranker and reranker.bf16
+    bf16 = reranker.score_many(items)
+    assert [len(s) for s in bf16] == [len(s) for s in float32]
+    flat32 = torch.tensor([x for scores in float32 for x in scores])
+    flat16 = torch.tensor([x for scores in bf16 for x in scores])
+    assert torch.isfinite(flat16).all()
+    scale = max(1.0, float(flat32.abs().max()))
+    assert float((flat16 - flat32).abs().max()) <= 3e-2 * scale
+    assert not torch.equal(flat16, flat32)
+    reranker.score_in_bf16(False)
+    assert reranker.score_many(items) == float32
+
+
+@pytest.mark.parametrize("name", WORD_MODELS)
+def test_word_models_score_in_bf16_close_to_float32(name, dataset, items):
+    check_bf16_scoring(word_model(name, dataset), items)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS))
+def test_transformer_models_score_in_bf16_close_to_float32(name, tiny_encoder, items):
+    check_bf16_scoring(transformer_model(name, tiny_encoder), items)
+
+
+def test_bf16_and_int8_exclude_each_other(tiny_encoder):
+    reranker = transformer_model("cross-encoder", tiny_encoder).score_in_bf16()
+    with pytest.raises(PipelineError, match="bfloat16"):
+        reranker.quantize_int8()
+    quantized = transformer_model("cross-encoder", tiny_encoder).quantize_int8()
+    with pytest.raises(PipelineError, match="int8"):
+        quantized.score_in_bf16()
+
+
 # ------------------------------------------------------------------------------------- int8 and CLI
 
 
@@ -299,9 +358,14 @@ def test_cli_scoring_options(tmp_path, monkeypatch):
     monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: varied_dataset())
     with pytest.raises(PipelineError, match="--int8 applies to the transformer"):
         run_pipeline(build_parser().parse_args(["--reranker", "hcan", "--int8", "--output-dir", str(tmp_path)]))
+    with pytest.raises(PipelineError, match="exclude each other"):
+        run_pipeline(build_parser().parse_args(["--reranker", "cross-encoder", "--int8", "--bf16",
+                                                "--output-dir", str(tmp_path)]))
+    with pytest.raises(PipelineError, match="--bf16 applies to the neural"):
+        run_pipeline(build_parser().parse_args(["--bf16", "--output-dir", str(tmp_path)]))
 
 
-def test_int8_run_keeps_the_float_run(tiny_encoder, tmp_path, monkeypatch):
+def test_int8_and_bf16_runs_keep_the_float_run(tiny_encoder, tmp_path, monkeypatch):
     from pipeline.run import build_parser, run_pipeline
 
     dataset = varied_dataset()
@@ -314,6 +378,9 @@ def test_int8_run_keeps_the_float_run(tiny_encoder, tmp_path, monkeypatch):
               "--output-dir", str(tmp_path / "runs")]
     fp32 = run_pipeline(build_parser().parse_args(common))
     int8 = run_pipeline(build_parser().parse_args(common + ["--int8"]))
+    bf16 = run_pipeline(build_parser().parse_args(common + ["--bf16"]))
     assert "int8" in int8.run_path.name and "int8" not in fp32.run_path.name
-    assert fp32.run_path.exists() and int8.run_path.exists()
+    assert bf16.run_path.name.endswith("-bf16-alone.run") and "bf16" not in fp32.run_path.name
+    assert fp32.run_path.exists() and int8.run_path.exists() and bf16.run_path.exists()
     assert fp32.run_path.read_text() != int8.run_path.read_text()
+    assert fp32.run_path.read_text() != bf16.run_path.read_text()

@@ -15,6 +15,15 @@ def resolve_device(name: str = "auto"):
     return torch.device(name)
 
 
+def native_bf16() -> bool:
+    """True when this CPU multiplies bfloat16 matrices in hardware (AMX tiles or AVX512-BF16), where
+    bfloat16 scoring is faster than float32; elsewhere torch emulates bfloat16 and it is slower."""
+    import torch
+
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    return any(check() for check in checks if check is not None)
+
+
 def set_threads(threads: int | None = None) -> None:
     """Limit torch's CPU threads (``threads``, else ``PIPELINE_THREADS``; unset keeps torch's default).
 
