@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipeline.core.atomic import atomic_write
+from pipeline.core.interrupts import deferred_interrupts
 from pipeline.core.errors import CheckpointError
 
 DIGEST_KEY = "sha256"
@@ -75,12 +76,14 @@ def digest(payload: Mapping[str, Any]) -> str:
 
 
 def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` (plain values and tensors) with its digest to ``path`` atomically."""
+    """Write ``payload`` (plain values and tensors) with its digest to ``path`` atomically; SIGINT and SIGTERM
+    wait until the file is in place (:func:`~pipeline.core.interrupts.deferred_interrupts`)."""
     import torch
 
     body = {key: value for key, value in payload.items() if key != DIGEST_KEY}
-    with atomic_write(Path(path), "wb") as handle:
-        torch.save({**body, DIGEST_KEY: digest(body)}, handle)
+    payload = {**body, DIGEST_KEY: digest(body)}
+    with deferred_interrupts(), atomic_write(Path(path), "wb") as handle:
+        torch.save(payload, handle)   # a Ctrl-C or kill meanwhile takes effect once the file is in place
 
 
 def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict:

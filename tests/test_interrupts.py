@@ -158,3 +158,29 @@ def test_pipeline_index_interrupted_says_what_it_kept_and_leaves_no_index(tmp_pa
     assert f"{word}: no half-built index was left" in stderr and "Traceback" not in stderr
     assert stdout == ""
     assert not root.exists() or list(root.iterdir()) == []   # no index, no hidden temp directory
+
+
+def test_a_kill_during_a_checkpoint_write_waits_until_the_file_is_in_place(tmp_path, monkeypatch):
+    """torch.save's zip writer turns an exception raised inside it into a RuntimeError of its own (the
+    traceback this test was written after); held back, the kill exits cleanly with a whole checkpoint."""
+    import torch
+
+    from pipeline.core.interrupts import exit_cleanly
+    from rerankers.checkpoints import load_checkpoint, save_checkpoint
+
+    real_save = torch.save
+    handler_before = signal.getsignal(signal.SIGTERM)
+
+    def save_and_get_killed(obj, handle):
+        os.kill(os.getpid(), signal.SIGTERM)     # arrives while the file is being written
+        time.sleep(0.05)
+        return real_save(obj, handle)
+
+    monkeypatch.setattr(torch, "save", save_and_get_killed)
+    with pytest.raises(SystemExit) as stopped:
+        with exit_cleanly("the checkpoint is kept"):
+            save_checkpoint(tmp_path / "model.pt", {"weights": torch.arange(4.0)})
+    assert stopped.value.code == EXIT_SIGTERM
+    assert load_checkpoint(tmp_path / "model.pt")["weights"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert not [p for p in tmp_path.iterdir() if p.name != "model.pt"]   # no temporary file left
+    assert signal.getsignal(signal.SIGTERM) == handler_before

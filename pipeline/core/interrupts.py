@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -24,6 +25,33 @@ class Terminated(KeyboardInterrupt):
 
 def _raise_terminated(signum, frame):
     raise Terminated()
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs, then act on a held one as its handler would.
+
+    For writes a signal must not cut in half: ``torch.save`` writes through a zip writer whose clean-up,
+    when an exception (the signal's) arrives mid-file, raises a ``RuntimeError`` of its own, which hides the
+    interrupt and ends the command with a traceback. Held here, the write finishes (and is renamed into
+    place by its atomic writer) and the interrupt follows. Only Python-level handlers are held (an ignored
+    or default signal stays as it is); outside the main thread, where handlers cannot change, it does
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if callable(signal.getsignal(signum)):
+            previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if held:
+        previous[held[0]](held[0], None)
 
 
 @contextmanager
