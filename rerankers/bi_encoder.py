@@ -74,7 +74,8 @@ class BiEncoderModel(nn.Module):
     def match(self, queries: torch.Tensor, query_index: torch.Tensor, docs: torch.Tensor,
               doc_index: torch.Tensor) -> torch.Tensor:
         """Scores ``[B]`` of pairs (``query_index``/``doc_index`` pick each pair's rows)."""
-        return self.scale * (queries[query_index] * docs[doc_index]).sum(dim=-1)
+        # float32 also under autocast: the product is the score, and bfloat16 would tie close documents
+        return self.scale * (queries[query_index].float() * docs[doc_index].float()).sum(dim=-1)
 
     def forward(self, query_ids, query_attention, query_index, doc_ids, doc_attention, doc_index):
         """Scores ``[B]`` of the pairs of unique queries and documents."""

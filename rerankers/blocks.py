@@ -183,6 +183,27 @@ def _float32_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.bmm(a.float(), b.float())
 
 
+def score_heads_in_float32(module: nn.Module, enabled: bool = True) -> None:
+    """Make every score head of ``module`` (an ``nn.Linear`` with one output) compute in float32 also under
+    bfloat16 autocast (``enabled=False`` undoes it). A head's output is the score: rounded to bfloat16's 8
+    significant bits, documents a ranking should separate would tie. The heads are tiny, so this costs
+    nothing; their weights, state dict and checkpoints are unchanged (only the instance's ``forward``)."""
+    for layer in module.modules():
+        if not (isinstance(layer, nn.Linear) and layer.out_features == 1):
+            continue
+        if enabled and "forward" not in layer.__dict__:
+            layer.forward = _float32_linear(layer)
+        elif not enabled:
+            layer.__dict__.pop("forward", None)
+
+
+def _float32_linear(layer: nn.Linear):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(x.float(), layer.weight.float(), None if layer.bias is None else layer.bias.float())
+    return forward
+
+
 def dot_matrix(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """Dot-product interaction matrix ``S = Q D^T`` (float32 even under autocast).
 
@@ -856,12 +877,14 @@ def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, 
     ``all_pairs``: ``[Nq, l, h]`` against ``[Nd, t, h]`` gives ``[Nq, Nd]``. Masks are bool, True on real
     positions; a document without real positions scores 0. Normalise the vectors first for cosines.
     """
+    queries, docs = queries.float(), docs.float()   # float32 also under autocast: the sum is the score
     if all_pairs:
-        sims = torch.einsum("aih,bjh->abij", queries, docs)
+        with torch.autocast(queries.device.type, enabled=False):
+            sims = torch.einsum("aih,bjh->abij", queries, docs)
         sims = sims.masked_fill(~doc_mask[None, :, None, :], float("-inf"))
         weights = query_mask[:, None, :]
     else:
-        sims = queries @ docs.transpose(1, 2)
+        sims = _float32_bmm(queries, docs.transpose(1, 2))
         sims = sims.masked_fill(~doc_mask[:, None, :], float("-inf"))
         weights = query_mask
     best = sims.max(dim=-1).values

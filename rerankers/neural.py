@@ -109,12 +109,15 @@ class TorchReranker:
         return self
 
     def _arithmetic(self):
-        """The context scoring runs in: bfloat16 autocast on the module's device after :meth:`score_in_bf16`,
-        else nothing."""
+        """The context scoring runs in: bfloat16 autocast on the module's device after :meth:`score_in_bf16`
+        (score heads kept float32), else nothing."""
         import contextlib
 
         import torch
 
+        from .blocks import score_heads_in_float32  # here: torch is imported only once a model scores
+
+        score_heads_in_float32(self.module, self.bf16)   # the module may have been rebuilt since
         if not self.bf16:
             return contextlib.nullcontext()
         device = next(self.module.parameters()).device.type

@@ -366,6 +366,22 @@ def test_a_checkpoint_with_model_options_is_refused(trained, capsys):
     assert "--set does not go with --checkpoint" in capsys.readouterr().err
 
 
+def test_a_checkpoint_served_in_bf16_scores_in_bf16_and_int8_is_refused_for_knrm(trained, capsys):
+    reranker, path, train = trained
+    options = serve.build_parser().parse_args(["--checkpoint", str(path), "--bf16"])
+    service = serve.build_service(options)
+    try:
+        assert service.model.reranker.bf16 and service.model.info["arithmetic"] == "bf16"
+        query, docs = query_items(train, 1)[0]
+        assert service.model.reranker.score(query, docs) == pytest.approx(reranker.score(query, docs), abs=0.05)
+    finally:
+        service.close()
+    assert serve.main(["--checkpoint", str(path), "--int8"]) == 2
+    assert "--int8 applies to the transformer re-rankers" in capsys.readouterr().err
+    assert serve.main(["--checkpoint", str(path), "--int8", "--bf16"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+
+
 def test_a_port_in_use_is_a_config_error(trained):
     reranker, _, _ = trained
     with start(serve.ServedModel(reranker, {})) as server:
