@@ -28,7 +28,9 @@ not fitted.
    id, each one's top 100), one thread, ``score_many`` with float32 weights against the same model after
    :meth:`~rerankers.transformer_base.TransformerReranker.quantize_int8`, and against it in bfloat16.
 
-bfloat16 is fast only on CPUs with AMX or AVX512-BF16; the report says whether this one has them.
+bfloat16 is fast only on CPUs with AMX or AVX512-BF16; the report says whether this one has them. With
+``--keep-freed-memory`` the process first makes the allocator setting the command lines make
+(:func:`pipeline.core.runtime.keep_freed_memory`); without it, it measures what a library user gets.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ import torch  # noqa: E402
 
 from pipeline.core.atomic import write_text  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
-from pipeline.core.runtime import native_bf16  # noqa: E402
+from pipeline.core.runtime import keep_freed_memory, native_bf16  # noqa: E402
 from pipeline.stages import rerank, retrieve  # noqa: E402
 from rerankers.training.data import RankingData  # noqa: E402
 from rerankers import reranker_class  # noqa: E402
@@ -265,10 +267,11 @@ def int8_row(pairs: int) -> dict:
 # -------------------------------------------------------------------------------------------- main
 
 
-def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, load: tuple) -> str:
+def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, load: tuple, kept: bool) -> str:
     """The Markdown report of the three comparisons."""
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, bfloat16 matrix "
-               f"instructions: {'yes' if native_bf16() else 'no'}")
+               f"instructions: {'yes' if native_bf16() else 'no'}, freed memory kept (as the command lines "
+               f"do): {'yes' if kept else 'no'}")
     lines = [f"# Scoring speed ({time.strftime('%Y-%m-%d')}, {machine}; load average at the start "
              f"{load[0]:.1f}, at the end {load[1]:.1f})", "",
              "One process; the two sides of each comparison alternate over blocks of queries. Untrained "
@@ -323,15 +326,18 @@ def main() -> None:
                         help="thread counts for the WikiQA comparison (default 2)")
     parser.add_argument("--hcan-queries", type=int, default=20, help="Cranfield queries for HCAN (default 20)")
     parser.add_argument("--int8-pairs", type=int, default=1000, help="DL19 pairs for int8 (default 1000)")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="make the command lines' allocator setting first (keep_freed_memory)")
     parser.add_argument("--output", help="also write the Markdown report here")
     args = parser.parse_args()
+    kept = keep_freed_memory() if args.keep_freed_memory else False
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore", category=UserWarning)
     start_load = os.getloadavg()[0]
     wikiqa = [row for threads in args.wikiqa_threads for row in wikiqa_rows(threads)]
     hcan = [hcan_rows(threads, args.hcan_queries) for threads in args.hcan_threads]
     int8 = int8_row(args.int8_pairs)
-    text = report(wikiqa, hcan, int8, (start_load, os.getloadavg()[0]))
+    text = report(wikiqa, hcan, int8, (start_load, os.getloadavg()[0]), kept)
     print(text)
     if args.output:
         write_text(args.output, text + "\n")

@@ -50,7 +50,7 @@ from .core.errors import ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
 from .core.logs import configure_logging
 from .core.records import Run, ScoredDoc
-from .core.runtime import seed_everything, set_threads
+from .core.runtime import keep_freed_memory, seed_everything, set_threads
 from .model_cache import TrainingPlan, trained_reranker, training_plan
 from .protocols import Fold, make_protocol
 from .resolve import model_options, run_split
@@ -462,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: prints the Markdown table; a bad option or input prints one ``error: ...``
     line and exits with status 2, before any training."""
     configure_logging()
+    keep_freed_memory()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):

@@ -27,6 +27,7 @@ from .core.datasets import load_dataset
 from .core.logs import configure_logging
 from .core.errors import ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
+from .core.runtime import keep_freed_memory
 
 INDEX_KINDS = ("lucene", "codes", "colbert")
 KEPT_ON_INTERRUPT = ("no half-built index was left; finished code-index shards are kept, run the same command "
@@ -36,6 +37,7 @@ KEPT_ON_INTERRUPT = ("no half-built index was left; finished code-index shards a
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: prints the index directory."""
     configure_logging()
+    keep_freed_memory()
     parser = OptionParser(prog="python -m pipeline.index", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="cranfield")
     parser.add_argument("--kind", default="lucene", choices=INDEX_KINDS,

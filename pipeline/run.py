@@ -47,7 +47,7 @@ from .core.errors import ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
 from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluate``, see above)
 from .core.records import Run
-from .core.runtime import seed_everything
+from .core.runtime import keep_freed_memory, seed_everything
 from .core.trec import write_run
 from .model_cache import trained_reranker
 from .naming import default_run_name, first_stage_label
@@ -173,6 +173,7 @@ def parse_config(argv: Sequence[str] | None = None, parser: argparse.ArgumentPar
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: a bad option or input prints ``error: ...`` and exits with status 2."""
     configure_logging()
+    keep_freed_memory()
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             config = parse_config(argv)

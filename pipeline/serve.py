@@ -55,7 +55,7 @@ from .core.logs import configure_logging
 from .core.errors import CheckpointError, ConfigError, PipelineError
 from .core.interrupts import exit_cleanly
 from .core.records import Doc, Query
-from .core.runtime import set_threads
+from .core.runtime import keep_freed_memory, set_threads
 from .model_cache import fold_models, training_plan
 from .resolve import RERANK_DEPTH, check_scoring_arithmetic
 from .stages import set_scoring_arithmetic
@@ -817,6 +817,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: a bad option prints ``error: ...`` and exits with status 2; Ctrl-C and
     ``kill`` stop the service cleanly (130 / 143)."""
     configure_logging()
+    keep_freed_memory()
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             serve(build_parser().parse_args(argv), lambda line: print(line, flush=True))

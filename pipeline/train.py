@@ -24,7 +24,7 @@ from .core.datasets import load_dataset
 from .core.logs import configure_logging
 from .core.errors import PipelineError
 from .core.interrupts import exit_cleanly
-from .core.runtime import seed_everything, set_threads
+from .core.runtime import keep_freed_memory, seed_everything, set_threads
 from .model_cache import FoldModel, fold_models, training_plan
 from .run import KEPT_ON_INTERRUPT, build_parser, parse_config
 
@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; takes the flags of ``pipeline.run`` that decide the trained models (not
     those of :data:`RUN_ONLY`: an unknown flag is an error, never silently ignored)."""
     configure_logging()
+    keep_freed_memory()
     parser = build_parser(prog="python -m pipeline.train", description=__doc__.split("\n\n")[0],
                           exclude=RUN_ONLY)
     try:

@@ -289,11 +289,11 @@ def test_a_reranker_giving_nan_is_an_error_naming_the_query():
 
 
 @pytest.mark.parametrize("flag", ["--rerank-depth", "--metrics", "--output-dir", "--name", "--model", "--interpolate",
-                                  "--batch-size", "--int8"])
+                                  "--batch-size", "--int8", "--bf16"])
 def test_pipeline_train_takes_only_its_own_flags(guarded, flag, capsys):
     from pipeline.train import main as train_main
 
-    argv = ["--reranker", "knrm", flag] + ([] if flag == "--int8" else ["1"])
+    argv = ["--reranker", "knrm", flag] + ([] if flag in ("--int8", "--bf16") else ["1"])
     assert train_main(argv) == 2
     assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
 

@@ -24,6 +24,34 @@ def native_bf16() -> bool:
     return any(check() for check in checks if check is not None)
 
 
+#: what :func:`keep_freed_memory` asks glibc for: blocks up to 1 GiB from the heap, freed memory kept up to 2 GiB
+MMAP_THRESHOLD, TRIM_THRESHOLD = 1 << 30, (1 << 31) - 1
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's allocator to keep large freed blocks for reuse instead of returning them to the system;
+    ``True`` when it applied (Linux with glibc), ``False`` elsewhere or when ``PIPELINE_KEEP_FREED_MEMORY=0``.
+
+    By default glibc gives every block over 32 MB its own mapping and unmaps it when freed, so each new one
+    page-faults in afresh: scoring and training allocate such temporaries in every batch (HCAN's LSTM inputs
+    for a few hundred pairs), and re-mapping them cost HCAN a fifth of its scoring time (BENCHMARKS.md,
+    "Scoring throughput"). The price is memory: the process keeps its peak until it exits. The command lines
+    call this at start; importing the package never does, since the allocator belongs to the process that
+    embeds it (a notebook can call this itself)."""
+    if os.environ.get("PIPELINE_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3      # glibc's malloc.h
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, TRIM_THRESHOLD))
+
+
 def set_threads(threads: int | None = None) -> None:
     """Limit torch's CPU threads (``threads``, else ``PIPELINE_THREADS``; unset keeps torch's default).
 
