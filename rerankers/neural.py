@@ -96,7 +96,9 @@ class TorchReranker:
         Scoring then runs under ``torch.autocast(dtype=torch.bfloat16)``: matrix products, convolutions and
         attention read bfloat16 inputs (8 significant bits) and accumulate in float32, while reductions,
         softmaxes and normalisations stay float32; LSTMs keep a float32 recurrence and take only their input
-        projection in bfloat16 (:class:`~rerankers.blocks.MaskedBiLSTM`). On CPUs with AMX or AVX512-BF16
+        projection in bfloat16 (:class:`~rerankers.blocks.MaskedBiLSTM`). Transformer re-rankers score with a
+        bfloat16 copy of their module instead (:meth:`TransformerReranker._bf16_context`). Score heads
+        always compute in float32, so that rounding never ties documents. On CPUs with AMX or AVX512-BF16
         (Intel Sapphire Rapids and later, AMD Zen 4) these products run several times faster than float32;
         on other CPUs bfloat16 is emulated and slower (:func:`pipeline.core.runtime.native_bf16` says which). Scores move by about
         1e-2 of their spread (BENCHMARKS.md, "Scoring throughput", measures the ranking cost). Training is
@@ -113,15 +115,19 @@ class TorchReranker:
         (score heads kept float32), else nothing."""
         import contextlib
 
-        import torch
-
         from .blocks import score_heads_in_float32  # here: torch is imported only once a model scores
 
         score_heads_in_float32(self.module, self.bf16)   # the module may have been rebuilt since
         if not self.bf16:
             return contextlib.nullcontext()
-        device = next(self.module.parameters()).device.type
-        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+        return self._bf16_context()
+
+    def _bf16_context(self):
+        """How this model scores in bfloat16: autocast around the float32 module (word-level models, whose
+        LSTMs take only their projections in bfloat16; transformers override it)."""
+        import torch
+
+        return torch.autocast(device_type=next(self.module.parameters()).device.type, dtype=torch.bfloat16)
 
     def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:
         """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`."""

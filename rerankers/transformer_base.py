@@ -248,6 +248,8 @@ class TransformerReranker(TorchReranker):
         self._threads_set = False
         #: True once :meth:`quantize_int8` replaced the module by its int8 form (scoring only)
         self.quantized = False
+        #: ``(weights key, module)``: the bfloat16 copy :meth:`_bf16_context` scores with
+        self._bf16_copy = None
 
     # -- construction ------------------------------------------------------------------------------
     def option_configs(self) -> list:
@@ -364,6 +366,42 @@ class TransformerReranker(TorchReranker):
 
     def clear_cache(self) -> None:
         """Forget cached encoder outputs (after the weights change). Token caches stay valid."""
+
+    def _bf16_context(self):
+        """Score with a bfloat16 copy of the module (encoder, heads around it; score heads float32), under
+        autocast for any float32 tensor met on the way. Unlike autocast around float32 weights, activations
+        stay bfloat16 from layer to layer, which saves the casts around every product (BENCHMARKS.md,
+        "Scoring throughput": 1.4-1.6x faster again than autocast alone, with about twice its score drift).
+        The float32 module stays what :meth:`fit` trains and :meth:`save` writes; the copy is remade when
+        the module or any of its weights changed (parameter versions)."""
+        import contextlib
+        import copy
+
+        import torch
+
+        from .blocks import score_heads_in_float32
+
+        key = (id(self.module), tuple(p._version for p in self.module.parameters()))
+        if self._bf16_copy is None or self._bf16_copy[0] != key:
+            module = copy.deepcopy(self.module)
+            heads = {layer: {k: v.clone() for k, v in layer.state_dict().items()} for layer in module.modules()
+                     if isinstance(layer, torch.nn.Linear) and layer.out_features == 1}
+            module.to(torch.bfloat16)
+            for layer, weights in heads.items():                # score heads keep their float32 weights
+                layer.float().load_state_dict(weights)
+            score_heads_in_float32(module, False)   # the copied heads' forwards still read the float32 layers
+            score_heads_in_float32(module)
+            self._bf16_copy = (key, module.eval())
+
+        @contextlib.contextmanager
+        def swapped():
+            float32, self.module = self.module, self._bf16_copy[1]
+            try:
+                with torch.autocast(device_type=next(float32.parameters()).device.type, dtype=torch.bfloat16):
+                    yield
+            finally:
+                self.module = float32
+        return swapped()
 
     # -- protocol ----------------------------------------------------------------------------------
     def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:

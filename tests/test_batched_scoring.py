@@ -293,6 +293,24 @@ def test_transformer_models_score_in_bf16_close_to_float32(name, tiny_encoder, i
     check_bf16_scoring(transformer_model(name, tiny_encoder), items)
 
 
+def test_a_transformer_scores_bf16_with_a_copy_remade_when_its_weights_change(tiny_encoder, items):
+    import torch
+
+    reranker = transformer_model("cross-encoder", tiny_encoder).score_in_bf16()
+    before = reranker.score_many(items)
+    copy = reranker._bf16_copy[1]
+    assert copy is not reranker.module and next(copy.encoder.parameters()).dtype == torch.bfloat16
+    assert reranker.module.head.weight.dtype == torch.float32          # the float32 module is untouched
+    assert copy.head.weight.dtype == torch.float32 and copy.head.forward.__closure__[0].cell_contents is copy.head
+    assert reranker.score_many(items) == before and reranker._bf16_copy[1] is copy     # reused
+    with torch.no_grad():
+        reranker.module.head.bias.add_(1.0)                            # as training changes weights in place
+    after = reranker.score_many(items)
+    assert reranker._bf16_copy[1] is not copy
+    for old, new in zip(before, after):
+        assert new == pytest.approx([value + 1.0 for value in old], abs=1e-4)
+
+
 def test_bf16_and_int8_exclude_each_other(tiny_encoder):
     reranker = transformer_model("cross-encoder", tiny_encoder).score_in_bf16()
     with pytest.raises(PipelineError, match="bfloat16"):
