@@ -309,7 +309,7 @@ def report(wikiqa: list[dict], hcan: list[tuple[list[dict], dict]], int8: dict, 
               f"| fp32 | {int8['fp32_s']:.1f} | {int8['pairs'] / int8['fp32_s']:.1f} | | | |",
               f"| int8 (dynamic, nn.Linear) | {int8['int8_s']:.1f} | {int8['pairs'] / int8['int8_s']:.1f} | "
               f"**{int8['fp32_s'] / int8['int8_s']:.2f}x** | {int8['max_diff']:.3f} | {int8['spearman']:.3f} |",
-              f"| bf16 (autocast) | {int8['bf16_s']:.1f} | {int8['pairs'] / int8['bf16_s']:.1f} | "
+              f"| bf16 (`--bf16`: a bfloat16 copy of the model) | {int8['bf16_s']:.1f} | {int8['pairs'] / int8['bf16_s']:.1f} | "
               f"**{int8['fp32_s'] / int8['bf16_s']:.2f}x** | {int8['bf16_max_diff']:.3f} | "
               f"{int8['bf16_spearman']:.3f} |", "",
               f"With these untrained weights the scores hardly differ between documents (standard deviation "
