@@ -84,6 +84,17 @@ def alternate(sides: dict, parts: list, before_each=None) -> tuple[dict, dict]:
     return seconds, results
 
 
+def in_bf16(reranker, score):
+    """``score`` (a function of one block of work) run with ``reranker`` scoring in bfloat16."""
+    def side(part):
+        reranker.score_in_bf16()
+        try:
+            return score(part)
+        finally:
+            reranker.score_in_bf16(False)
+    return side
+
+
 def largest_difference(first, second) -> float:
     """The largest absolute difference between two lists of score lists."""
     return max((abs(a - b) for xs, ys in zip(first, second) for a, b in zip(xs, ys)), default=0.0)
@@ -107,16 +118,11 @@ def wikiqa_rows(threads: int) -> list[dict]:
         reranker = reranker_class(name).from_options({}, seed=1)
         reranker.prepare()
         rerank(reranker, dataset, dict(list(first.items())[:2]))                  # warm-up
-        def in_bf16(part, reranker=reranker):
-            reranker.score_in_bf16()
-            try:
-                return rerank(reranker, dataset, part)
-            finally:
-                reranker.score_in_bf16(False)
+        def across(part, r=reranker):
+            return rerank(r, dataset, part)
 
         sides = {"query by query": lambda part, r=reranker: rerank(r, dataset, part, batch_queries=False),
-                 "across queries": lambda part, r=reranker: rerank(r, dataset, part),
-                 "across queries, bf16": in_bf16}
+                 "across queries": across, "across queries, bf16": in_bf16(reranker, across)}
         seconds, results = alternate(sides, parts, before_each=reranker.clear_cache)
         scores = {side: [[h.score for h in hits] for run in runs for hits in run.values()]
                   for side, runs in results.items()}
@@ -183,15 +189,6 @@ def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
         with hcan_code_before_this_change():
             return [reranker.score(query, docs) for query, docs in part]
 
-    def in_bf16(score):
-        def side(part):
-            reranker.score_in_bf16()
-            try:
-                return score(part)
-            finally:
-                reranker.score_in_bf16(False)
-        return side
-
     def query_by_query(part):
         return [reranker.score(query, docs) for query, docs in part]
 
@@ -200,8 +197,8 @@ def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
         "now, query by query": query_by_query,
         "now, across queries (batch 256)": lambda part: reranker.score_many(part),
         "now, across queries (batch 1,024)": lambda part: reranker.score_many(part, batch_size=1024),
-        "now, query by query, bf16": in_bf16(query_by_query),
-        "now, across queries (batch 256), bf16": in_bf16(reranker.score_many),
+        "now, query by query, bf16": in_bf16(reranker, query_by_query),
+        "now, across queries (batch 256), bf16": in_bf16(reranker, reranker.score_many),
     }
     load = os.getloadavg()[0]
     seconds, results = alternate(sides, blocks(work, 2))

@@ -142,20 +142,21 @@ class PerQueryReranker:
                 scores[position] = list(values)
         return scores
 
+    def _each_model(self, method: str, refusal: str, *args) -> "PerQueryReranker":
+        """Call ``method`` on every fold's model once; a model without it is a
+        :class:`~pipeline.core.errors.PipelineError` saying ``refusal``."""
+        for model in {id(m): m for m in self.models.values()}.values():
+            if not hasattr(model, method):
+                raise PipelineError(f"{self.name}: {refusal}")
+            getattr(model, method)(*args)
+        return self
+
     def score_in_bf16(self, enabled: bool = True) -> "PerQueryReranker":
         """Every fold's model scores in bfloat16 (see ``TorchReranker.score_in_bf16``); a model that cannot is
         a :class:`~pipeline.core.errors.PipelineError`."""
-        for model in {id(m): m for m in self.models.values()}.values():
-            if not hasattr(model, "score_in_bf16"):
-                raise PipelineError(f"{self.name}: bfloat16 scoring is for the torch re-rankers")
-            model.score_in_bf16(enabled)
-        return self
+        return self._each_model("score_in_bf16", "bfloat16 scoring is for the torch re-rankers", enabled)
 
     def quantize_int8(self) -> "PerQueryReranker":
         """Quantize every fold's model for int8 CPU scoring (see ``TransformerReranker.quantize_int8``); a
         model that cannot be quantized is a :class:`~pipeline.core.errors.PipelineError`."""
-        for model in {id(m): m for m in self.models.values()}.values():
-            if not hasattr(model, "quantize_int8"):
-                raise PipelineError(f"{self.name}: int8 scoring is for the transformer re-rankers")
-            model.quantize_int8()
-        return self
+        return self._each_model("quantize_int8", "int8 scoring is for the transformer re-rankers")

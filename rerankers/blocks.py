@@ -183,14 +183,17 @@ def _float32_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.bmm(a.float(), b.float())
 
 
+def score_heads(module: nn.Module) -> list[nn.Linear]:
+    """The score heads of ``module``: its linear layers with one output (the layer that outputs a score)."""
+    return [layer for layer in module.modules() if isinstance(layer, nn.Linear) and layer.out_features == 1]
+
+
 def score_heads_in_float32(module: nn.Module, enabled: bool = True) -> None:
     """Make every score head of ``module`` (an ``nn.Linear`` with one output) compute in float32 also under
     bfloat16 autocast (``enabled=False`` undoes it). A head's output is the score: rounded to bfloat16's 8
     significant bits, documents a ranking should separate would tie. The heads are tiny, so this costs
     nothing; their weights, state dict and checkpoints are unchanged (only the instance's ``forward``)."""
-    for layer in module.modules():
-        if not (isinstance(layer, nn.Linear) and layer.out_features == 1):
-            continue
+    for layer in score_heads(module):
         if enabled and "forward" not in layer.__dict__:
             layer.forward = _float32_linear(layer)
         elif not enabled:
@@ -706,28 +709,21 @@ class MaskedBiLSTM(nn.Module):
         last = last.masked_fill(empty.unsqueeze(-1), 0.0)
         return outputs, last
 
-    def _direction(self, x: torch.Tensor, suffix: str) -> torch.Tensor:
+    def _direction(self, x: torch.Tensor, suffix: str, projected: bool = False) -> torch.Tensor:
         """Outputs ``[B, L, H]`` of one direction's weights (``suffix`` ``""`` or ``"_reverse"``) run
-        forwards over ``x`` ``[B, L, D]`` from a zero state."""
+        forwards over ``x`` ``[B, L, D]`` from a zero state. ``projected``: ``x`` is already the input
+        projection ``[B, L, 4H]`` (biases not added), and the kernel runs only the recurrence."""
         from torch import _VF
 
         lstm = self.lstm
-        weights = [getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        weights = [getattr(lstm, f"{name}_l0{suffix}") for name in names]
+        if projected:
+            # an identity input weight: the fused kernel adds the gates exactly and runs the recurrence
+            weights[0] = torch.eye(x.shape[-1], device=x.device)
         zeros = x.new_zeros(1, x.shape[0], self.hidden_size)
         # the call nn.LSTM itself makes, for one layer and one direction
         return _VF.lstm(x, (zeros, zeros), weights, True, 1, 0.0, False, False, True)[0]
-
-    def _recur(self, gates: torch.Tensor, suffix: str) -> torch.Tensor:
-        """Outputs ``[B, L, H]`` of one direction's recurrence over input gates already computed
-        (``gates`` ``[B, L, 4H]`` = input projection, biases not added), in float32."""
-        from torch import _VF
-
-        lstm = self.lstm
-        identity = torch.eye(gates.shape[-1], device=gates.device)
-        weights = [identity] + [getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_hh", "bias_ih", "bias_hh")]
-        zeros = gates.new_zeros(1, gates.shape[0], self.hidden_size)
-        # an identity input weight: the fused kernel adds the gates exactly and runs the recurrence
-        return _VF.lstm(gates, (zeros, zeros), weights, True, 1, 0.0, False, False, True)[0]
 
     def _bf16_projection(self, x: torch.Tensor) -> bool:
         """True when ``x``'s LSTM input projection should be one bfloat16 product (CPU autocast to
@@ -758,8 +754,8 @@ class MaskedBiLSTM(nn.Module):
                 forward_gates, backward_gates = gates.float().split(4 * self.hidden_size, dim=-1)
                 width = backward_gates.shape[-1]
                 backward_gates = backward_gates.gather(0, order.t()[:, :, None].expand(max_len, batch, width))
-                forward = self._recur(forward_gates.transpose(0, 1), "")
-                backward = self._recur(backward_gates.transpose(0, 1), "_reverse")
+                forward = self._direction(forward_gates.transpose(0, 1), "", projected=True)
+                backward = self._direction(backward_gates.transpose(0, 1), "_reverse", projected=True)
         else:
             forward = self._direction(x, "")
             # gathered time-major, so the LSTM reads the reversed rows without another copy

@@ -100,33 +100,35 @@ class TorchReranker:
         bfloat16 copy of their module instead (:meth:`TransformerReranker._bf16_context`). Score heads
         always compute in float32, so that rounding never ties documents. On CPUs with AMX or AVX512-BF16
         (Intel Sapphire Rapids and later, AMD Zen 4) these products run several times faster than float32;
-        on other CPUs bfloat16 is emulated and slower (:func:`pipeline.core.runtime.native_bf16` says which). Scores move by about
-        1e-2 of their spread (BENCHMARKS.md, "Scoring throughput", measures the ranking cost). Training is
-        not affected: :meth:`fit` always computes in float32. Cached encoder outputs are dropped, since they
-        came from the other arithmetic."""
+        on other CPUs bfloat16 is emulated and slower (:func:`pipeline.core.runtime.native_bf16` says
+        which). Scores move by about 1e-2 of their spread (BENCHMARKS.md, "Scoring throughput", measures the
+        ranking cost). Training is not affected: :meth:`fit` always computes in float32. Cached encoder
+        outputs are dropped, since they came from the other arithmetic."""
         if enabled and getattr(self, "quantized", False):
             raise PipelineError(f"{self.name}: an int8-quantized model cannot also score in bfloat16")
         self.bf16 = bool(enabled)
+        if not self.bf16 and self.module is not None:
+            from .blocks import score_heads_in_float32  # here: torch is imported only once a model scores
+
+            score_heads_in_float32(self.module, False)
         self.clear_cache()
         return self
 
     def _arithmetic(self):
-        """The context scoring runs in: bfloat16 autocast on the module's device after :meth:`score_in_bf16`
-        (score heads kept float32), else nothing."""
+        """The context scoring runs in: :meth:`_bf16_context` after :meth:`score_in_bf16`, else nothing."""
         import contextlib
 
-        from .blocks import score_heads_in_float32  # here: torch is imported only once a model scores
-
-        score_heads_in_float32(self.module, self.bf16)   # the module may have been rebuilt since
-        if not self.bf16:
-            return contextlib.nullcontext()
-        return self._bf16_context()
+        return self._bf16_context() if self.bf16 else contextlib.nullcontext()
 
     def _bf16_context(self):
-        """How this model scores in bfloat16: autocast around the float32 module (word-level models, whose
-        LSTMs take only their projections in bfloat16; transformers override it)."""
+        """How this model scores in bfloat16: autocast around the float32 module, its score heads kept
+        float32 (word-level models, whose LSTMs take only their projections in bfloat16; transformers
+        override it). The heads are set here, at each call, since the module may have been rebuilt."""
         import torch
 
+        from .blocks import score_heads_in_float32
+
+        score_heads_in_float32(self.module)
         return torch.autocast(device_type=next(self.module.parameters()).device.type, dtype=torch.bfloat16)
 
     def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:

@@ -379,17 +379,15 @@ class TransformerReranker(TorchReranker):
 
         import torch
 
-        from .blocks import score_heads_in_float32
+        from .blocks import score_heads, score_heads_in_float32
 
         key = (id(self.module), tuple(p._version for p in self.module.parameters()))
         if self._bf16_copy is None or self._bf16_copy[0] != key:
             module = copy.deepcopy(self.module)
-            heads = {layer: {k: v.clone() for k, v in layer.state_dict().items()} for layer in module.modules()
-                     if isinstance(layer, torch.nn.Linear) and layer.out_features == 1}
+            heads = {layer: {k: v.clone() for k, v in layer.state_dict().items()} for layer in score_heads(module)}
             module.to(torch.bfloat16)
             for layer, weights in heads.items():                # score heads keep their float32 weights
                 layer.float().load_state_dict(weights)
-            score_heads_in_float32(module, False)   # the copied heads' forwards still read the float32 layers
             score_heads_in_float32(module)
             self._bf16_copy = (key, module.eval())
 

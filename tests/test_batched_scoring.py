@@ -223,13 +223,19 @@ def test_rerank_candidates_scores_all_dev_queries_in_one_call(dataset):
 # ---------------------------------------------------------------------------------- the scoring LSTM
 
 
-def test_masked_bilstm_scoring_path_equals_the_packed_path():
+def padded_batches():
+    """A small MaskedBiLSTM and ``(x, mask)`` batches: one of mixed lengths (an empty row included), one
+    without padding."""
     torch.manual_seed(0)
     lstm = MaskedBiLSTM(6, 4).eval()
     for lengths in ([9, 0, 3, 9, 1, 5], [7, 7, 7]):
         lengths = torch.tensor(lengths)
         mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
-        x = torch.randn(*mask.shape, 6)
+        yield lstm, torch.randn(*mask.shape, 6), mask
+
+
+def test_masked_bilstm_scoring_path_equals_the_packed_path():
+    for lstm, x, mask in padded_batches():
         with torch.enable_grad():
             packed = lstm(x, mask)                               # training keeps packing
         with torch.inference_mode():
@@ -241,12 +247,7 @@ def test_masked_bilstm_scoring_path_equals_the_packed_path():
 
 
 def test_masked_bilstm_bf16_projection_path_keeps_padding_out_and_stays_close():
-    torch.manual_seed(0)
-    lstm = MaskedBiLSTM(6, 4).eval()
-    for lengths in ([9, 0, 3, 9, 1, 5], [7, 7, 7]):
-        lengths = torch.tensor(lengths)
-        mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
-        x = torch.randn(*mask.shape, 6)
+    for lstm, x, mask in padded_batches():
         with torch.inference_mode():
             float32 = lstm(x, mask)
             with torch.autocast("cpu", dtype=torch.bfloat16):
