@@ -161,32 +161,47 @@ def build_code_index(
     if distributed.is_distributed():  # under torchrun: rank 0 decides and locks, every rank encodes its shards
         if distributed.broadcast(is_complete(path) and not force):
             return path
+        encoder = _obtain_encoder_everywhere(options, source, root, force, _prepare(options))
         with exclusive(path) if distributed.is_main() else contextlib.nullcontext():
-            return _build(dataset, options, root, force, source, path)
+            return _build(dataset, options, root, force, source, path, encoder)
     if is_complete(path) and not force:
         return path
+    # the encoder (and the Lucene index its hard negatives come from) is its own cache entry, obtained before
+    # this entry's lock is taken: no lock is held while another entry is built
+    encoder = obtain_encoder(options, source, root, force, _prepare(options))
     with exclusive(path):
         if is_complete(path) and not force:  # built by the process we waited for
             return path
-        return _build(dataset, options, root, force, source, path)
+        return _build(dataset, options, root, force, source, path, encoder)
 
 
-def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, source: TrainingSource,
-           path: Path) -> Path:
-    """:func:`build_code_index`'s work, under the cache lock."""
-    from tqdm.auto import tqdm
-
+def _prepare(options: CodeOptions):
+    """Set the thread counts of ``options`` and return the device to train and encode on."""
     from pipeline.core.runtime import resolve_device
 
     _set_threads(options.threads)
-    started = time.perf_counter()
-    device = resolve_device(options.device)
-    main, rank, world = distributed.is_main(), distributed.rank(), distributed.world_size()
-    if main:  # under torchrun rank 0 trains the encoder (if missing); the others then load it
-        checkpoint, encoder_meta = obtain_encoder(options, source, root, force, device)
+    return resolve_device(options.device)
+
+
+def _obtain_encoder_everywhere(options: CodeOptions, source: TrainingSource, root: Path, force: bool, device):
+    """Under torchrun: rank 0 obtains (maybe trains) the encoder, then the other ranks find it cached."""
+    if distributed.is_main():
+        encoder = obtain_encoder(options, source, root, force, device)
     distributed.barrier()
-    if not main:
-        checkpoint, encoder_meta = obtain_encoder(options, source, root, False, device)
+    if not distributed.is_main():
+        encoder = obtain_encoder(options, source, root, False, device)
+    return encoder
+
+
+def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, source: TrainingSource,
+           path: Path, encoder: tuple[Path, dict]) -> Path:
+    """:func:`build_code_index`'s work, under the cache lock, with the encoder's ``(checkpoint, metadata)``."""
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    device = _prepare(options)
+    main, rank, world = distributed.is_main(), distributed.rank(), distributed.world_size()
+    checkpoint, encoder_meta = encoder
     tokenizer, model, _ = load_encoder_checkpoint(checkpoint, device)
     centring = None
     if options.hash_center:  # the center of this collection's tokens, not of the training documents'

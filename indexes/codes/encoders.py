@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.errors import CorruptCacheError
+from pipeline.core.locks import exclusive
 from pipeline.core.names import safe_name
 from rerankers.checkpoints import load_checkpoint, save_checkpoint
 
@@ -63,40 +65,62 @@ def encoder_path(options: CodeOptions, source: TrainingSource, root: Path | None
 def obtain_encoder(options: CodeOptions, source: TrainingSource, root: Path | None = None, force: bool = False,
                    device=None) -> tuple[Path, dict]:
     """The checkpoint of the encoder for ``options`` and ``source``: from the cache, or trained now (with
-    BM25 negatives when ``options.hard_negatives``) and saved atomically. Returns ``(checkpoint, metadata)``."""
+    BM25 negatives when ``options.hard_negatives``) and saved atomically. Returns ``(checkpoint, metadata)``.
+
+    What training needs from other cache entries (the training set's Lucene index for hard negatives, the
+    float encoder an ``lsh`` head hashes) is obtained before this entry's lock is taken, so no lock is held
+    while another entry is built; a second process waits on the lock and then finds the encoder cached.
+    """
     path = encoder_path(options, source, root)
-    if (path / ENCODER_META).is_file() and not force:
-        return path / ENCODER_FILE, json.loads((path / ENCODER_META).read_text(encoding="utf-8"))
+    if _cached(path) and not force:
+        return path / ENCODER_FILE, _read_meta(path)
     negatives = None
-    if options.hard_negatives and (options.hash_head == "mlp" or options.hash_steps):
+    trains_with_negatives = options.hard_negatives and (options.hash_head == "mlp" or options.hash_steps)
+    if trains_with_negatives or (options.hash_head == "lsh" and options.hash_draws > 1):  # draws: for agreement
         negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth, root)
-    if options.hash_head == "lsh":
-        model, summary = _lsh_encoder(options, source, negatives, root, force, device)
-    else:
-        _, model, report = train_encoder(options, source, negatives, device)
-        summary = report.summary()
-    meta = {"options": options.training_fields(), "training": summary, "train_dataset": source.dataset.name,
-            "train_fingerprint": source.dataset.fingerprint, "train_queries": len(source.query_ids)}
-    with atomic_directory(path) as temp:
-        save_encoder(model, options, temp / ENCODER_FILE)
-        with atomic_write(temp / ENCODER_META) as handle:
-            json.dump(meta, handle, indent=1)
+    float_encoder = obtain_encoder(options.float_options(), source, root, force, device) \
+        if options.hash_head == "lsh" else None
+    with exclusive(path):
+        if _cached(path) and not force:  # trained by the process we waited for
+            return path / ENCODER_FILE, _read_meta(path)
+        if options.hash_head == "lsh":
+            model, summary = _lsh_encoder(options, source, negatives, float_encoder, root, device)
+        else:
+            _, model, report = train_encoder(options, source, negatives, device)
+            summary = report.summary()
+        meta = {"options": options.training_fields(), "training": summary, "train_dataset": source.dataset.name,
+                "train_fingerprint": source.dataset.fingerprint, "train_queries": len(source.query_ids)}
+        with atomic_directory(path) as temp:
+            save_encoder(model, options, temp / ENCODER_FILE)
+            with atomic_write(temp / ENCODER_META) as handle:
+                json.dump(meta, handle, indent=1)
     return path / ENCODER_FILE, meta
 
 
-def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, root: Path | None, force: bool, device):
-    """The ``lsh`` binary encoder: the float encoder of ``options.float_options()`` (from the cache, or trained
-    now), hashed by :func:`hashed_from_float`, then fine-tuned ``hash_steps`` steps with the binary loss.
-    Returns ``(model, training summary)``; the summary is the float encoder's with ``hash_steps`` added."""
-    float_checkpoint, float_meta = obtain_encoder(options.float_options(), source, root, force, device)
+def _cached(path: Path) -> bool:
+    return (path / ENCODER_META).is_file() and (path / ENCODER_FILE).is_file()
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        return json.loads((path / ENCODER_META).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorruptCacheError(f"{path / ENCODER_META}: unreadable ({error}); delete {path} to retrain") from None
+
+
+def _lsh_encoder(options: CodeOptions, source: TrainingSource, negatives, float_encoder: tuple[Path, dict],
+                 root: Path | None, device):
+    """The ``lsh`` binary encoder: the float encoder of ``options.float_options()`` (``float_encoder``, its
+    checkpoint and metadata), hashed by :func:`hashed_from_float`, then fine-tuned ``hash_steps`` steps with
+    the binary loss. Returns ``(model, training summary)``; the summary is the float encoder's with
+    ``hash_steps`` added."""
+    float_checkpoint, float_meta = float_encoder
     tokenizer, float_model, _ = load_encoder_checkpoint(float_checkpoint, device)
     summary = {**(float_meta.get("training") or {}), "hash_steps": options.hash_steps}
     seed = options.hyperplane_seed
     centre, centre_docs = center_sample(float_model, tokenizer, source.dataset, options, device) \
         if options.hash_center else (None, 0)
     if options.hash_draws > 1:
-        if negatives is None:
-            negatives = bm25_negatives(source.dataset, source.query_ids, options.negative_depth, root)
         seeds = draw_seeds(seed, options.hash_draws)
         sample = agreement_sample(source, negatives, options.seed)
         agreement = hyperplane_agreement(float_model, tokenizer, sample, options.dim, seeds, options, device, centre)

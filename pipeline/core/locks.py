@@ -1,12 +1,19 @@
-"""One builder at a time per cache directory: an exclusive lock held while an index (or any other cache entry)
-is built.
+"""One builder at a time per cache entry: an exclusive lock held while one index (or any other cache entry) is
+built.
 
 Two processes that need the same missing index at the same moment would otherwise both build it and swap the
 directory under each other (Lucene then reports ``CorruptIndexException: file mismatch``). The lock is
-``fcntl.flock`` on the cache directory itself (the entry's parent), so no lock file is left behind: a second
-builder waits, then finds the entry complete. Builds of different entries in one cache directory wait for each
-other too, which costs little (a build is rare) and keeps the cache free of lock files. The kernel releases
-the lock when its holder exits, even after ``kill -9``.
+``fcntl.flock`` on a small lock file beside the entry, ``.<entry name>.lock`` in the entry's parent directory:
+one lock per entry, so building one entry never waits for the build of another (a code index whose encoder
+needs a Lucene index of its training set for hard negatives takes the two locks one after the other and never
+waits on itself). The holder deletes the lock file before it releases the lock, and a waiter that then gets
+the lock of a deleted file tries again on the path's new file, so no lock file stays behind and no two
+builders ever hold one entry. The kernel releases the lock when its holder exits, even after ``kill -9`` (the
+empty lock file then stays until the next build of that entry).
+
+A thread that asks again for an entry it already holds gets a :class:`~pipeline.core.errors.PipelineError`
+at once instead of waiting for itself forever (``flock`` locks of two descriptors of one file exclude each
+other even inside one process); two threads of one process wait for each other like two processes.
 """
 from __future__ import annotations
 
@@ -14,27 +21,80 @@ import contextlib
 import fcntl
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Iterator
 
+from .errors import PipelineError
+
 log = logging.getLogger(__name__)
+
+#: the entries held in this process: (resolved lock-file path, thread id) (guarded by :data:`_HELD_GUARD`)
+_HELD: set[tuple[str, int]] = set()
+_HELD_GUARD = threading.Lock()
+
+
+def lock_path(entry: str | os.PathLike) -> Path:
+    """The lock file of cache entry ``entry``: ``<parent>/.<name>.lock``."""
+    entry = Path(entry)
+    return entry.parent / f".{entry.name}.lock"
 
 
 @contextlib.contextmanager
 def exclusive(entry: str | os.PathLike) -> Iterator[None]:
-    """Hold the lock of ``entry``'s cache directory for the ``with`` body (waiting for another holder first)."""
-    directory = Path(entry).parent
-    directory.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(directory, os.O_RDONLY)
+    """Hold the lock of cache entry ``entry`` for the ``with`` body (waiting for another process first).
+
+    Args:
+        entry: the directory (or file) the body builds; it need not exist yet.
+
+    Raises:
+        PipelineError: this thread already holds ``entry``'s lock (a build that would wait on itself).
+
+    Example:
+        >>> with exclusive(cache / "vaswani-bm25-abc123"):  # doctest: +SKIP
+        ...     build_into(cache / "vaswani-bm25-abc123")
+    """
+    path = lock_path(entry)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = (str(path.resolve()), threading.get_ident())
+    with _HELD_GUARD:
+        if key in _HELD:
+            raise PipelineError(f"{Path(entry)}: this thread is already building it (a lock it would wait on "
+                                "forever); this is a bug, please report it")
+        _HELD.add(key)
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process that is building in %s", directory)
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        descriptor = _acquire(path, entry)
         try:
             yield
         finally:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # while still locked: a waiter on this file sees it gone and retries
             fcntl.flock(descriptor, fcntl.LOCK_UN)
+            os.close(descriptor)
     finally:
+        with _HELD_GUARD:
+            _HELD.discard(key)
+
+
+def _acquire(path: Path, entry) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock, ``path`` still naming that very file."""
+    waited = False
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not waited:
+                    log.info("waiting for another process that is building %s", Path(entry))
+                    waited = True
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
+                    return descriptor
+            except FileNotFoundError:
+                pass  # the previous holder deleted it while we waited: lock the new file instead
+        except BaseException:
+            os.close(descriptor)
+            raise
         os.close(descriptor)
