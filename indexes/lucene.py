@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -174,14 +175,17 @@ class BM25Retriever:
             lucene_dir = path / "lucene"
         self.path, self.k1, self.b, self.rm3, self.threads = path, k1, b, rm3, threads
         self.name = "bm25+rm3" if rm3 else "bm25"
-        analyzer = anserini_class("io.anserini.analysis.DefaultEnglishAnalyzer").fromArguments(
-            options.stemmer, options.keep_stopwords, None
-        )
-        self._searcher = anserini_class("io.anserini.search.SimpleSearcher")(str(lucene_dir))
-        self._searcher.set_analyzer(analyzer)
-        self._searcher.set_bm25(float(k1), float(b))
-        if rm3:
-            self._searcher.set_rm3(int(rm3.fb_terms), int(rm3.fb_docs), float(rm3.original_query_weight))
+        self._external = external is not None
+        allow_long_queries()
+        with java_errors(path, self._external):
+            self._analyzer = anserini_class("io.anserini.analysis.DefaultEnglishAnalyzer").fromArguments(
+                options.stemmer, options.keep_stopwords, None
+            )
+            self._searcher = anserini_class("io.anserini.search.SimpleSearcher")(str(lucene_dir))
+            self._searcher.set_analyzer(self._analyzer)
+            self._searcher.set_bm25(float(k1), float(b))
+            if rm3:
+                self._searcher.set_rm3(int(rm3.fb_terms), int(rm3.fb_docs), float(rm3.original_query_weight))
 
     def search(self, queries: Iterable[Query], k: int = 1000, batch_size: int = 64) -> Run:
         """Top-``k`` documents for every query."""
@@ -196,18 +200,125 @@ class BM25Retriever:
                 chunk = queries[start : start + batch_size]
                 texts, ids = ArrayList(), ArrayList()
                 for query in chunk:
-                    texts.add(query.text)
+                    texts.add(self._searchable_text(query))
                     ids.add(query.query_id)
-                results = self._searcher.batch_search(texts, ids, int(k), int(self.threads))
+                try:
+                    results = self._searcher.batch_search(texts, ids, int(k), int(self.threads))
+                except Exception as error:  # noqa: BLE001 - jnius.JavaException (jnius is imported lazily)
+                    if not is_java_exception(error):
+                        raise
+                    # Anserini's batch search reports only "queryCount = n is not equal to completedTaskCount =
+                    # m" when a query fails in its thread pool: search them one by one to name it and its cause
+                    raise self._failed_query(chunk, k, error) from None
                 for query in chunk:
                     hits = results.get(query.query_id) or []
                     run[query.query_id] = [ScoredDoc(query.query_id, hit.docid, float(hit.score)) for hit in hits]
                 bar.update(len(chunk))
         return run
 
+    def _searchable_text(self, query: Query) -> str:
+        """``query``'s text, cut to its first :data:`MAX_QUERY_TERMS` distinct analysed terms (with a warning)
+        when it has more: Lucene refuses a query of more clauses than its limit, and Anserini's batch search
+        then fails as a whole."""
+        text = query.text
+        # a term takes at least one character and a separator: a shorter text cannot have too many
+        if len(text) <= 2 * MAX_QUERY_TERMS:
+            return text
+        words = text.split()
+        if self._distinct_terms(" ".join(words)) <= MAX_QUERY_TERMS:
+            return text
+        low, high = 0, len(words)  # the longest prefix of words within the limit (binary search)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._distinct_terms(" ".join(words[:middle])) <= MAX_QUERY_TERMS:
+                low = middle
+            else:
+                high = middle - 1
+        log.warning("query %s: more than %d distinct terms after analysis (Lucene's clause limit); only its first "
+                    "%d of %d words are searched", query.query_id, MAX_QUERY_TERMS, low, len(words))
+        return " ".join(words[:low])
+
+    def _distinct_terms(self, text: str) -> int:
+        with java_errors(self.path, self._external):
+            terms = anserini_class("io.anserini.analysis.AnalyzerUtils").analyze(self._analyzer, text)
+            return len(set(terms.toArray()))
+
+    def _failed_query(self, chunk: list[Query], k: int, batch_error: Exception) -> PipelineError:
+        """The error of a failed batch search: the first query of ``chunk`` that fails alone, named with
+        Anserini's reason (or the batch's own error when every query succeeds alone)."""
+        for query in chunk:
+            try:
+                self._searcher.search(self._searchable_text(query), int(k))
+            except Exception as error:  # noqa: BLE001 - jnius.JavaException
+                if not is_java_exception(error):
+                    raise
+                mapped = java_failure(error, self.path, self._external)
+                if isinstance(mapped, CorruptCacheError):
+                    return mapped
+                return PipelineError(f"query {query.query_id}: Anserini's search failed: {mapped}")
+        return java_failure(batch_error, self.path, self._external)
+
     def close(self) -> None:
         """Release the Lucene reader."""
         self._searcher.close()
+
+
+#: queries are cut to this many distinct analysed terms (see :meth:`BM25Retriever._searchable_text`)
+MAX_QUERY_TERMS = 16384
+#: Lucene's clause limit while this project searches: room for :data:`MAX_QUERY_TERMS` and RM3's expansion
+#: terms (Lucene's default, 1,024, fails a query of 1,100 distinct words)
+MAX_CLAUSES = 2 * MAX_QUERY_TERMS
+
+#: Java exceptions that mean the index files cannot be read as an index
+_DAMAGE = ("CorruptIndexException", "IndexFormatTooOldException", "IndexFormatTooNewException", "EOFException",
+           "NoSuchFileException", "FileNotFoundException", "IndexNotFoundException", "ChecksumIndexInput")
+
+
+def allow_long_queries() -> None:
+    """Raise Lucene's clause limit (a JVM-wide setting) to :data:`MAX_CLAUSES` unless it is higher already."""
+    searcher = anserini_class("org.apache.lucene.search.IndexSearcher")
+    if searcher.getMaxClauseCount() < MAX_CLAUSES:
+        searcher.setMaxClauseCount(MAX_CLAUSES)
+
+
+def java_failure(error: Exception, path: Path, external: bool = False) -> PipelineError:
+    """The one-line project error for Java exception ``error`` raised by Anserini over the index ``path``:
+    a damaged index is a :class:`CorruptCacheError` saying how to rebuild it (or, for an index built
+    outside the project, that it cannot be read), anything else a :class:`PipelineError` with Java's
+    class and message."""
+    classname = str(getattr(error, "classname", "") or type(error).__name__)
+    message = str(getattr(error, "innermessage", "") or "").strip()
+    if not message:
+        lines = str(error).strip().splitlines()
+        message = lines[0].replace("JVM exception occurred: ", "") if lines else ""
+    message = (message.splitlines() or [""])[0][:300]
+    short = classname.rsplit(".", 1)[-1].replace("$", ".")
+    reason = f"{short}: {message}" if message else short
+    if any(name in classname for name in _DAMAGE):
+        if external:
+            return CorruptCacheError(f"the Lucene index {path} cannot be read ({reason})")
+        return filecheck.damaged(Path(path), "Lucene index", reason)
+    if "OutOfMemoryError" in classname:
+        return PipelineError(f"Anserini ran out of Java heap over {path} ({reason}); give it more with "
+                             f"PIPELINE_JVM_HEAP (now {os.environ.get('PIPELINE_JVM_HEAP', '4g')})")
+    return PipelineError(f"Anserini failed over the Lucene index {path} ({reason})")
+
+
+@contextlib.contextmanager
+def java_errors(path: Path, external: bool = False):
+    """Turn a Java exception raised by the ``with`` body into :func:`java_failure`'s one-line error."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - jnius.JavaException (jnius is imported lazily)
+        if not is_java_exception(error):
+            raise
+        raise java_failure(error, path, external) from None
+
+
+def is_java_exception(error: BaseException) -> bool:
+    """True for pyjnius' ``JavaException`` (an exception thrown in the JVM), told by its type so that jnius,
+    which starts the JVM when imported, is not imported for it."""
+    return type(error).__name__ == "JavaException" and type(error).__module__.split(".")[0] == "jnius"
 
 
 @contextlib.contextmanager

@@ -3,22 +3,27 @@
 Every Lucene file ends with a CRC32 footer; :func:`verify_index` opens the latest commit, checks that it holds
 the expected number of documents and recomputes every file's checksum (``CodecUtil.checksumEntireFile``),
 which catches a missing segments file (a build that ran out of disk space: Anserini logs the ``IOException``
-and returns), a truncated file or a single flipped bit. Reading the whole index costs about a second per GB,
-so a verified index gets a stamp (each file's size and modification time); :func:`check_index` verifies again
-only when a file differs from the stamp. A damaged index is a :class:`~pipeline.core.errors.CorruptCacheError`
-that names it and says how to rebuild.
+and returns), a truncated file or a single flipped bit. Lucene itself checks these footers only when it
+merges, never while it searches, so without this a changed byte in a postings file gives other scores.
+
+:func:`check_index` runs that full verification at every open, whatever the files' modification times say,
+for indexes up to :func:`pipeline.core.filecheck.full_check_limit` (``PIPELINE_VERIFY_MAX_BYTES``, default
+2 GiB; reading costs about a second per GB). A larger index is read whole once and then trusted while its
+stamp (each file's size, modification and change time) matches; ``python -m pipeline.verify`` reads it on
+demand. A damaged index is a :class:`~pipeline.core.errors.CorruptCacheError` that names it and says how to
+rebuild.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from pipeline.core.atomic import atomic_write
+from pipeline.core import filecheck
 from pipeline.core.errors import CorruptCacheError
 
 from .jvm import anserini_class
 
-#: written beside ``lucene/`` after a full verification: ``{file name: [size, mtime_ns]}``
+#: written beside ``lucene/`` after a full verification: ``{file name: [size, mtime_ns, ctime_ns]}``
 STAMP_FILE = "pipeline-verified.json"
 
 
@@ -30,7 +35,7 @@ def _damaged(path: Path, reason: str) -> CorruptCacheError:
 
 
 def _files(lucene_dir: Path) -> dict[str, list[int]]:
-    return {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(lucene_dir.iterdir())
+    return {p.name: filecheck.stat_stamp(p) for p in sorted(lucene_dir.iterdir())
             if p.is_file() and p.name != "write.lock"}
 
 
@@ -71,22 +76,36 @@ def verify_index(path: Path, documents: int | None = None) -> None:
         directory.close()
     if documents is not None and count != documents:
         raise _damaged(path, f"{count} documents, {documents} expected")
-    try:
-        with atomic_write(path / STAMP_FILE) as handle:
-            json.dump(_files(lucene_dir), handle)
-    except OSError:
-        pass  # a read-only cache: verified now, verified again on the next open
+    files = _files(lucene_dir)
+    filecheck.remember_verified(lucene_dir, files)
+    filecheck.write_stamp(path / STAMP_FILE, files)
 
 
-def check_index(path: Path, documents: int | None = None) -> None:
-    """Verify ``path`` unless its files are exactly as they were at the last verification."""
-    stamp = path / STAMP_FILE
+def check_index(path: Path, documents: int | None = None, full: bool | None = None) -> None:
+    """Verify ``path`` (:func:`verify_index`) before it is searched.
+
+    Args:
+        path: the index directory (holding ``lucene/``).
+        documents: the document count it must have, when known.
+        full: verify whatever the size (``True``), trust a stamp matching the files (``False``), or decide by
+            size (``None``: indexes up to :func:`~pipeline.core.filecheck.full_check_limit` are read whole).
+
+    Example:
+        >>> check_index(index_path(dataset, LuceneOptions()))  # doctest: +SKIP
+    """
     lucene_dir = path / "lucene"
-    try:
-        if lucene_dir.is_dir() and json.loads(stamp.read_text(encoding="utf-8")) == _files(lucene_dir):
-            return
-    except (OSError, ValueError):
-        pass  # no stamp or an unreadable one: verify
+    if lucene_dir.is_dir():
+        files = _files(lucene_dir)
+        if full is not True and filecheck.verified_before(lucene_dir, files):
+            return  # read whole by this process, untouched since (its change times say so)
+        if full is None:
+            full = sum(facts[0] for facts in files.values()) <= filecheck.full_check_limit()
+        if not full:
+            try:
+                if json.loads((path / STAMP_FILE).read_text(encoding="utf-8")) == files:
+                    return
+            except (OSError, ValueError):
+                pass  # no stamp or an unreadable one: verify
     verify_index(path, documents)
 
 

@@ -1,0 +1,98 @@
+"""Caches and exported models are checked by their content when opened, whatever their modification times say.
+
+Issue 34 rows 1-5: a byte changed in a cached code index or Lucene index, or in an exported Hugging Face model,
+with the file's modification time restored afterwards, gave other numbers with exit 0. Each test here changes
+content, puts the mtime back, and expects an error naming the entry.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from indexes.lucene import BM25Retriever, LuceneOptions, build_index
+from indexes.lucene_check import stamp_is_fresh
+from pipeline.core import filecheck
+from pipeline.core.errors import ConfigError, CorruptCacheError
+from tests.test_lucene import tiny_dataset
+
+
+def change_in_place(path: Path, offset: int | None = None, keep_mtime: bool = True) -> None:
+    """Flip one bit of ``path`` (at ``offset``, default its middle) and restore its access and modification
+    times, as a sync tool or ``touch -r`` would."""
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if offset is None else offset] ^= 0x04
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+
+
+# -- row 1: any entry described by filecheck (the code index records its files this way) -------------------
+
+def entry(tmp_path: Path) -> tuple[Path, dict]:
+    directory = tmp_path / "entry"
+    directory.mkdir()
+    (directory / "vectors.npy").write_bytes(bytes(range(256)) * 40)
+    (directory / "doc_ids.json").write_text('["a", "b"]')
+    return directory, filecheck.describe(directory, ["vectors.npy", "doc_ids.json"])
+
+
+def test_a_byte_changed_with_its_mtime_restored_is_found_in_a_checked_entry(tmp_path):
+    directory, recorded = entry(tmp_path)
+    filecheck.check(directory, recorded, "stamp.json", "code index")
+    assert filecheck.stamp_is_fresh(directory, recorded, "stamp.json")
+    change_in_place(directory / "vectors.npy", offset=223)
+    with pytest.raises(CorruptCacheError, match=r"code index .*entry is damaged \(vectors.npy does not match the "
+                                                r"SHA-256.*rm -rf"):
+        filecheck.check(directory, recorded, "stamp.json", "code index")
+
+
+def test_an_entry_over_the_line_is_trusted_by_its_stamp_and_read_whole_on_request(tmp_path, monkeypatch):
+    directory, recorded = entry(tmp_path)
+    filecheck.check(directory, recorded, "stamp.json", "code index")
+    monkeypatch.setenv(filecheck.LIMIT_VARIABLE, "100")       # this entry (10 kB) is now "large"
+    filecheck.forget_verified()
+    # a write changes the change time, which no tool can restore: the stamp no longer matches, the files are read
+    change_in_place(directory / "vectors.npy")
+    with pytest.raises(CorruptCacheError):
+        filecheck.check(directory, recorded, "stamp.json", "code index")
+    change_in_place(directory / "vectors.npy")                # back to the original bytes
+    filecheck.check(directory, recorded, "stamp.json", "code index")
+    # damage the stamp cannot see (a disk's own rot changes no time): simulated by restamping after a change
+    change_in_place(directory / "vectors.npy")
+    stamp = json.loads((directory / "stamp.json").read_text())
+    stamp["vectors.npy"] = filecheck.stat_stamp(directory / "vectors.npy")
+    (directory / "stamp.json").write_text(json.dumps(stamp))
+    filecheck.forget_verified()
+    filecheck.check(directory, recorded, "stamp.json", "code index")          # over the line: trusted
+    with pytest.raises(CorruptCacheError, match="vectors.npy does not match"):
+        filecheck.check(directory, recorded, "stamp.json", "code index", full=True)   # the verify command
+
+
+def test_the_line_is_a_whole_number_of_bytes(monkeypatch):
+    monkeypatch.setenv(filecheck.LIMIT_VARIABLE, "2G")
+    with pytest.raises(ConfigError, match="PIPELINE_VERIFY_MAX_BYTES='2G': expected a whole number"):
+        filecheck.full_check_limit()
+    monkeypatch.setenv(filecheck.LIMIT_VARIABLE, "0")
+    assert filecheck.full_check_limit() == 0
+
+
+# -- rows 2 and 3: Lucene indexes -----------------------------------------------------------------------------
+
+@pytest.fixture
+def lucene_index(tmp_path):
+    return build_index(tiny_dataset(), LuceneOptions("porter"), root=tmp_path)
+
+
+@pytest.mark.parametrize("pattern, where", [("*.doc", "data"), ("*.doc", "header"), ("*.nvd", "header")])
+def test_a_lucene_byte_changed_with_its_mtime_restored_is_an_error(lucene_index, pattern, where):
+    BM25Retriever(lucene_index).close()                     # verified and stamped once
+    assert stamp_is_fresh(lucene_index)
+    target = next((lucene_index / "lucene").glob(pattern))
+    change_in_place(target, offset=None if where == "data" else 5)
+    with pytest.raises(CorruptCacheError, match=r"Lucene index .* is damaged \(.*rm -rf"):
+        BM25Retriever(lucene_index)
