@@ -140,7 +140,7 @@ def render(paper: Paper) -> str:
 #: the 89-answered-question numbers were computed from the runs of trecqa/hcan.json and written only into
 #: BENCHMARKS.md (at commit 3016533, lines 327-329); the procedure is the one quoted here
 TRECQA_ANSWERED = ("89 answered questions: its runs (`runs/reproduce/trecqa-raw-test-hcan-*.run`) evaluated with "
-                   "`pipeline.evaluate.evaluate` on `load_dataset(\"trecqa\").subset(answered)`")
+                   "`pipeline.core.evaluation.evaluate` on `load_dataset(\"trecqa\").subset(answered)`")
 #: microblog/<year>-models.md have no JSON; their header comment is the command
 MICROBLOG_MODELS = ("python benchmarks/reproduce.py --dataset microblog --split {year} --reranker drmm --reranker knrm "
                     "--reranker matchpyramid --reranker conv-knrm --reranker mvlstm --reranker amvlstm --reranker iasm "

@@ -149,7 +149,7 @@ class BiEncoderReranker(TransformerReranker):
         """A checkpoint written by :meth:`save`, a directory written by :meth:`save_pretrained`, or, for a
         path that is neither, the pre-trained sentence encoder of that name or directory used as it is
         (``--model all-MiniLM-L6-v2``: zero-shot, nothing trained). A directory that is none of these (no
-        export description, no ``config.json``) is a :class:`~pipeline.errors.CheckpointError` naming it."""
+        export description, no ``config.json``) is a :class:`~pipeline.core.errors.CheckpointError` naming it."""
         from .hf_export import CONFIG_FILES
 
         location = Path(path)

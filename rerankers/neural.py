@@ -5,7 +5,7 @@ dataclass (``model_config_class``), ``build_module(embedding_weights)`` returnin
 ``forward(query_ids, query_mask, doc_ids, doc_mask, **features)`` gives one score per pair, and, if the
 model needs more than token ids, ``features(query_tokens, query_length)``.
 
-This class does the rest, the same way for every model: tokenization (:mod:`pipeline.text`), the
+This class does the rest, the same way for every model: tokenization (:mod:`pipeline.core.text`), the
 vocabulary and IDF statistics of the collection, embeddings (:mod:`rerankers.embeddings`), padding and
 masks, batching, training (:class:`rerankers.training.loop.Trainer`), scoring and checkpoints.
 """

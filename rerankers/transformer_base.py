@@ -22,7 +22,7 @@ expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward
 * Self-describing checkpoints written atomically: re-ranker name and class, the three configs, the
   encoder's name, its architecture and a fingerprint of its tokenizer's vocabulary, library versions and
   the whole ``state_dict`` (fine-tuned encoder included). Anything that does not match is a
-  :class:`~pipeline.errors.CheckpointError` naming the file.
+  :class:`~pipeline.core.errors.CheckpointError` naming the file.
 
 Training defaults suit fine-tuning a pre-trained encoder (a small learning rate, gradient clipping at
 1.0), a constant learning rate unless ``schedule``/``warmup`` are set (:class:`~rerankers.training.config.TrainConfig`);
@@ -484,7 +484,7 @@ class TransformerReranker(TorchReranker):
     @classmethod
     def load(cls, path) -> "TransformerReranker":
         """Read a checkpoint written by :meth:`save`, or a directory written by :meth:`save_pretrained`; a
-        wrong model, format, encoder or weights is a :class:`~pipeline.errors.CheckpointError` naming ``path``."""
+        wrong model, format, encoder or weights is a :class:`~pipeline.core.errors.CheckpointError` naming ``path``."""
 
         path = Path(path)
         if path.is_dir():
@@ -570,7 +570,7 @@ class TransformerReranker(TorchReranker):
     def from_pretrained(cls, directory) -> "TransformerReranker":
         """The re-ranker that :meth:`save_pretrained` wrote to ``directory`` (an ablation's export read
         through its parent class comes back as that ablation), scoring exactly as it did. A directory that
-        is no such export, or one of another model, is a :class:`~pipeline.errors.CheckpointError` naming it."""
+        is no such export, or one of another model, is a :class:`~pipeline.core.errors.CheckpointError` naming it."""
         from .hf_export import export_class, read_description
 
         directory = Path(directory)
@@ -613,7 +613,7 @@ class TransformerReranker(TorchReranker):
 
     def _restore_head(self, directory: Path, description: Mapping[str, Any]) -> None:
         """Load the weights outside the encoder from :attr:`pretrained_head_file`; they must be exactly the
-        module's own (names and shapes), else a :class:`~pipeline.errors.CheckpointError`."""
+        module's own (names and shapes), else a :class:`~pipeline.core.errors.CheckpointError`."""
         from .hf_export import load_weights
 
         expected = {key for key in self.module.state_dict() if not key.startswith("encoder.")}

@@ -126,11 +126,12 @@ def test_every_measured_cell_reads_its_result_file():
 def test_the_results_folder_holds_no_flat_files_and_every_named_result_exists():
     # results live in benchmarks/results/<dataset or topic>/<experiment>.<ext>; fidelity.json is the one
     # file kept on top (its path is required). Every benchmarks/results/... path named in BENCHMARKS.md,
-    # README.md and benchmarks/*.py exists, except a family written with "<...>", "{...}" (built in code),
+    # README.md, docs/*.md and benchmarks/*.py exists, except a family written with "<...>", "{...}" (built in code),
     # "seedN" or "-B.md"; a "*" is a glob that must match at least one file.
     results = ROOT / "benchmarks" / "results"
     assert {p.name for p in results.iterdir() if not p.is_dir()} <= {"fidelity.json"}
-    sources = [ROOT / "BENCHMARKS.md", ROOT / "README.md", *sorted((ROOT / "benchmarks").glob("*.py"))]
+    sources = [ROOT / "BENCHMARKS.md", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+               *sorted((ROOT / "benchmarks").glob("*.py"))]
     missing, flat = [], []
     for source in sources:
         named = re.findall(r"benchmarks/results/[A-Za-z0-9_./@*<>{}-]+", source.read_text(encoding="utf-8"))

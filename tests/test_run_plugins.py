@@ -1,4 +1,4 @@
-"""README's "Adding a re-ranker" and "Adding a first stage", as written there: each example file and its
+"""docs/plugins.md's "Adding a re-ranker" and "Adding a first stage", as written there: each example file and its
 entry-point lines go into a throwaway installed package, and ``python -m pipeline.run`` (a fresh process,
 which reads the entry points) lists, trains, caches and runs them."""
 from __future__ import annotations
@@ -12,15 +12,15 @@ import pytest
 
 from conftest import REPO, run_python, write
 
-#: a README code block: its language and its text
+#: a docs/plugins.md code block: its language and its text
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 
 
 def readme_examples() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """``(files, entry_points)``: the README's Python blocks that start with ``# <path>.py`` by path, and its
+    """``(files, entry_points)``: the page's Python blocks that start with ``# <path>.py`` by path, and its
     TOML blocks' entry-point groups."""
     files, groups = {}, {}
-    for language, text in BLOCK.findall((REPO / "README.md").read_text(encoding="utf-8")):
+    for language, text in BLOCK.findall((REPO / "docs" / "plugins.md").read_text(encoding="utf-8")):
         first = text.splitlines()[0]
         if language == "python" and re.fullmatch(r"# [\w/]+\.py", first):
             files[first[2:]] = text
@@ -30,7 +30,7 @@ def readme_examples() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
 
 
 def install_package(site: Path) -> None:
-    """The README's files as package ``mypkg``, installed (dist-info with entry points) into ``site``."""
+    """The page's files as package ``mypkg``, installed (dist-info with entry points) into ``site``."""
     files, groups = readme_examples()
     assert {"mypkg/ranker.py", "mypkg/overlap.py"} <= set(files)
     assert set(groups) == {"neural_rerank.rerankers", "neural_rerank.first_stages"}

@@ -50,7 +50,7 @@ def resolve_training(dataset: Dataset, train_dataset: "Dataset | str | None" = N
                      mirror: str | os.PathLike | None = None) -> TrainingSource:
     """The training queries for an index of ``dataset``.
 
-    ``train_dataset`` (a Dataset or a name for :func:`pipeline.datasets.load_dataset`; default the dataset
+    ``train_dataset`` (a Dataset or a name for :func:`pipeline.core.datasets.load_dataset`; default the dataset
     itself) gives its ``train`` split; without one, its companion in :data:`TRAINING_COMPANIONS`; without
     that, all its judged queries, unless it is ``dataset`` itself (whose queries are the test queries): then
     the error says to pick another dataset.
@@ -186,7 +186,7 @@ def train_encoder(options: CodeOptions, source: TrainingSource, negatives: dict[
     """Train a :class:`TokenCodeEncoder` on ``source``: a new one (``new_encoder(options)``), or ``start``'s
     ``(tokenizer, model)`` for ``steps`` steps (default ``options.steps``). Returns ``(tokenizer, model,
     report)``; the model is left in eval mode on ``device``."""
-    from tqdm.auto import tqdm
+    from pipeline.core.progress import tqdm
 
     from pipeline.core.runtime import resolve_device, seed_everything
 

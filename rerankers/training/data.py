@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from tqdm.auto import tqdm
+from pipeline.core.progress import tqdm
 
 from pipeline.core.datasets import Dataset
 from pipeline.core.records import Doc, Qrel, Query, Run, ScoredDoc, ranked
@@ -44,7 +44,7 @@ class RankingData:
         return [h.doc_id for h in self.candidates.get(query_id, []) if judged.get(h.doc_id, 0) <= 0]
 
     def qrels_list(self):
-        """Judgments as :class:`~pipeline.records.Qrel` records (for ir-measures)."""
+        """Judgments as :class:`~pipeline.core.records.Qrel` records (for ir-measures)."""
         return [Qrel(q, d, r) for q, docs in self.qrels.items() for d, r in docs.items()]
 
 
