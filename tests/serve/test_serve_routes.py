@@ -1,13 +1,13 @@
-"""Tests for pipeline.serve: the HTTP re-ranking service, its batching and its answers to bad requests.
+"""Tests for pipeline.serve: the project's routes (/rerank, /search, /health, /info), the batching, the
+answers to bad requests and the command line.
 
 A tiny KNRM is trained on the synthetic dataset of tests/helpers.py (one epoch, about a second) and saved in
-a temporary directory; the service runs in this process on a free port (and once as ``python -m
+a temporary directory; the service runs in this process on a free loopback port (and as ``python -m
 pipeline.serve`` for the command line), called over real HTTP with http.client from several threads at once.
 """
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import signal
 import subprocess
@@ -15,81 +15,19 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import json
+
 import pytest
 import torch
 
 from pipeline import serve
 from pipeline.core.errors import CheckpointError, ConfigError
-from pipeline.core.records import Doc, Query, ScoredDoc
+from pipeline.core.records import Doc, Query
 from rerankers.baselines import KNRMReranker
 from tests.conftest import PYTHON, REPO, subprocess_env
-from tests.helpers import fit_on_tiny_dataset, one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
-
-WORDS = [f"w{i}" for i in range(40)]
-
-
-def same_scores(expected):
-    """The model's scores, to float32 precision: the service scores in batches of its own making, on its
-    worker thread, so padding and the order of a reduction may change the last bits (3e-8 was seen on a
-    busy machine); what it serves must be the model's scores, not bit-identical copies."""
-    return pytest.approx(expected, rel=1e-6, abs=1e-7)
-SETTINGS = dict(epochs=1, batch_size=16, negatives=3, device="cpu")
-
-
-# ------------------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny trained KNRM, its checkpoint file and the training data it came from."""
-    root = tmp_path_factory.mktemp("serve")
-    reranker, _, train = fit_on_tiny_dataset(KNRMReranker, root, WORDS, SETTINGS)
-    path = root / "knrm.pt"
-    reranker.save(path)
-    return reranker, path, train
-
-
-class Counting:
-    """Wraps a re-ranker and records the number of items of every ``score_many`` call (the batching check
-    must not trust the batcher's own counters)."""
-
-    def __init__(self, inner, fail_on: str | None = None):
-        self.inner = inner
-        self.name = inner.name
-        self.calls: list[int] = []
-        self.fail_on = fail_on
-
-    def score(self, query, docs):
-        return self.inner.score(query, docs)
-
-    def score_many(self, items, batch_size=None):
-        self.calls.append(len(items))
-        if self.fail_on and any(self.fail_on in query.text for query, _ in items):
-            raise RuntimeError(f"cannot score {self.fail_on!r}")
-        return self.inner.score_many(items, batch_size)
-
-
-class Overlap:
-    """A first stage over the tiny dataset: documents by the number of query words they contain."""
-
-    name = "overlap"
-
-    def __init__(self, docs):
-        self.docs = docs
-
-    def search(self, queries, k=1000):
-        run = {}
-        for query in queries:
-            words = set(query.text.split())
-            ranked = sorted(self.docs.values(), key=lambda d: (-len(words & set(d.text.split())), d.doc_id))[:k]
-            run[query.query_id] = [ScoredDoc(query.query_id, d.doc_id, float(len(words & set(d.text.split()))))
-                                   for d in ranked]
-        return run
-
-
-def start(model, **options):
-    """A service for ``model`` (a ServedModel) serving on a free port from a background thread."""
-    return serve.RerankServer(serve.RerankService(model, **options), "127.0.0.1", 0).start_background()
+from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.serve.support import (WORDS, Counting, Overlap, call, query_items, rerank_body, same_scores, start,
+                                 trained, wait_until_ready)  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -97,37 +35,10 @@ def counted(trained):
     """A served tiny KNRM behind a :class:`Counting` wrapper; batches wait up to 200 ms for company."""
     reranker, path, _ = trained
     counting = Counting(reranker)
-    server = start(serve.ServedModel(counting, {"reranker": "knrm", "checkpoint": str(path)}),
-                   max_wait_ms=200, max_batch=64, max_docs=8, max_body_bytes=4096)
+    server = start(serve.ServedModel(counting, {"reranker": "knrm", "checkpoint": path.name}),
+                   serve.Limits(max_body_bytes=4096), max_wait_ms=200, max_batch=64, max_docs=8)
     yield server, counting
     server.close()
-
-
-def call(url, method, path, body=None, raw=None, headers=None):
-    """``(status, JSON answer, headers)`` of one HTTP request; ``body`` is sent as JSON, ``raw`` as bytes."""
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-    try:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-        response = connection.getresponse()
-        text = response.read()
-        assert response.getheader("Content-Type", "").startswith("application/json"), text
-        return response.status, json.loads(text) if text else None, response
-    finally:
-        connection.close()
-
-
-def query_items(train, count):
-    """``count`` (query, candidate docs) pairs of the tiny training data."""
-    items = []
-    for query_id in list(train.queries)[:count]:
-        items.append((train.queries[query_id], [train.docs[hit.doc_id] for hit in train.candidates[query_id]]))
-    return items
-
-
-def rerank_body(query, docs, **extra):
-    return {"query": query.text, "documents": [{"id": d.doc_id, "text": d.text} for d in docs], **extra}
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -137,7 +48,9 @@ def test_a_checkpoint_is_loaded_by_the_reranker_it_names(trained):
     reranker, path, train = trained
     model = serve.load_checkpoint_model(path)
     assert isinstance(model.reranker, KNRMReranker)
-    assert model.info["reranker"] == "knrm" and model.info["checkpoint"] == str(path)
+    # named without the server's directories (issue 34: /info showed the absolute path)
+    assert model.info["reranker"] == "knrm" and model.info["checkpoint"] == "knrm.pt"
+    assert not any(isinstance(v, str) and v.startswith("/") for v in model.info["options"].values())
     assert model.info["options"]["n_kernels"] == reranker.model_config.n_kernels
     query, docs = query_items(train, 1)[0]
     assert model.reranker.score(query, docs) == reranker.score(query, docs)
@@ -311,7 +224,7 @@ def test_client_mistakes_are_4xx_with_a_json_message(counted, method, path, body
     assert (got, set(answer)) == (status, {"error"}), answer
     assert message in answer["error"]
     if status == 405:
-        assert response.getheader("Allow") == serve.ROUTES[path][0]
+        assert response.getheader("Allow") == serve.ROUTES[path]
     assert counting.calls == []  # nothing reached the model
     assert call(server.url, "GET", "/health")[0] == 200  # and the service is still up
 
@@ -387,7 +300,7 @@ def test_a_port_in_use_is_a_config_error(trained):
     with start(serve.ServedModel(reranker, {})) as server:
         port = server.server_address[1]
         with pytest.raises(ConfigError, match=f"--port {port}: cannot listen there"):
-            serve.RerankServer(serve.RerankService(serve.ServedModel(reranker, {})), "127.0.0.1", port)
+            serve.RerankServer(None, "127.0.0.1", port)
 
 
 @pytest.mark.parametrize("signum, status, word", [(signal.SIGTERM, 143, "terminated"),
@@ -401,6 +314,8 @@ def test_the_command_serves_and_stops_cleanly_on_a_signal(trained, signum, statu
         line = process.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), (line, process.stderr.read() if not line else "")
         url = line.split()[-1]
+        assert call(url, "GET", "/health")[0] == 200   # live at once; ready once the model is loaded
+        wait_until_ready(url)
         assert call(url, "GET", "/health")[:2] == (200, {"status": "ok", "requests": 0, "batches": 0})
         query, docs = query_items(train, 1)[0]
         status_code, answer, _ = call(url, "POST", "/rerank", rerank_body(query, docs))
