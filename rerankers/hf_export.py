@@ -47,8 +47,9 @@ import platform
 from pathlib import Path
 from typing import Any, Mapping
 
+from pipeline.core import filecheck
 from pipeline.core.atomic import atomic_directory, atomic_write
-from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.errors import CheckpointError, CorruptCacheError, PipelineError
 
 from .checkpoints import project_version
 
@@ -63,6 +64,8 @@ ADDAX_CONFIG_FILE = "addax_config.json"
 ADDAX_HEAD_FILE = "addax_head.safetensors"
 #: every description file an export may have, looked for in this order by :func:`find_description`
 CONFIG_FILES = (CONFIG_FILE, ADDAX_CONFIG_FILE)
+#: the size and SHA-256 of every other file of an export, written last, checked whenever it is read
+CHECKSUM_FILE = "neural_rerank_checksums.json"
 #: a linear head on ``[CLS]`` is written into the tanh layer scaled by 2**-LINEAR_SCALE_EXPONENT (see above)
 LINEAR_SCALE_EXPONENT = 20
 #: how a cross-encoder export's head is to be read back (``head.kind`` of ``neural_rerank.json``)
@@ -95,6 +98,7 @@ def read_description(directory: str | Path, filename: str) -> dict:
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a directory, so not a Hugging Face export of a re-ranker")
+    verify_export(directory)
     path = directory / filename
     if not path.is_file():
         found = ", ".join(name for name in CONFIG_FILES if (directory / name).is_file()) or "neither"
@@ -114,6 +118,41 @@ def read_description(directory: str | Path, filename: str) -> dict:
         if key not in description:
             raise CheckpointError(f"{path}: export description lacks {key!r}")
     return description
+
+
+def verify_export(directory: str | Path, full: bool | None = None) -> None:
+    """Check the files of export ``directory`` against its :data:`CHECKSUM_FILE` (sizes and SHA-256, whatever
+    the files' modification times; see :func:`pipeline.core.filecheck.check` for ``full`` and the size line).
+
+    A changed weight or config value (``num_hidden_layers`` edited by hand) is a :class:`CheckpointError`
+    naming the file; an export written before checksums existed loads with a warning, as do files added
+    beside the recorded ones (a model card), which are not verified.
+
+    Example:
+        >>> verify_export("exported/cross-encoder")  # doctest: +SKIP
+    """
+    directory = Path(directory)
+    try:
+        unlisted = filecheck.check_manifest(directory, CHECKSUM_FILE, "exported model", full)
+    except CorruptCacheError as error:
+        raise CheckpointError(f"{directory}: the exported model is damaged ({getattr(error, 'reason', error)}); "
+                              f"export it again with python -m pipeline.export") from None
+    if unlisted is None:
+        _warn_once(directory, f"{directory}: no {CHECKSUM_FILE} (exported before checksums were written): its "
+                              f"files are not verified; export it again to add them")
+    elif unlisted:
+        _warn_once(directory, f"{directory}: files added after the export are not verified: "
+                              f"{', '.join(unlisted[:5])}{' ...' if len(unlisted) > 5 else ''}")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(directory: Path, message: str) -> None:
+    key = f"{directory.resolve()}:{message}"
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(message)
 
 
 def find_description(directory: str | Path) -> tuple[str, dict]:
@@ -191,11 +230,13 @@ def clear_encoder_caches() -> None:
 
 
 def write_directory(directory: str | Path, write) -> Path:
-    """Call ``write(temporary_directory)`` and move the result to ``directory`` atomically (an existing
-    ``directory`` is replaced as a whole only when the new one is complete); returns the path."""
+    """Call ``write(temporary_directory)``, record every file's size and SHA-256 in :data:`CHECKSUM_FILE`
+    and move the result to ``directory`` atomically (an existing ``directory`` is replaced as a whole only
+    when the new one is complete); returns the path."""
     directory = Path(directory)
-    with atomic_directory(directory) as temporary:
+    with atomic_directory(directory) as temporary:  # which also gives every file the umask's modes
         write(temporary)
+        filecheck.write_manifest(temporary, CHECKSUM_FILE)
     clear_encoder_caches()
     return directory
 

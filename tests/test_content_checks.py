@@ -96,3 +96,78 @@ def test_a_lucene_byte_changed_with_its_mtime_restored_is_an_error(lucene_index,
     change_in_place(target, offset=None if where == "data" else 5)
     with pytest.raises(CorruptCacheError, match=r"Lucene index .* is damaged \(.*rm -rf"):
         BM25Retriever(lucene_index)
+
+
+# -- rows 4 and 5, and the file modes: exported Hugging Face models ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A cross-encoder (tiny random BERT) exported with save_pretrained, and its scores."""
+    import torch
+
+    from rerankers.cross_encoder import CrossEncoderReranker
+    from tests.test_hf_cross_encoder import save_tiny_bert
+    from tests.test_hf_export import DOCS, QUERY
+
+    torch.set_num_threads(1)
+    bert = save_tiny_bert(tmp_path_factory.mktemp("bert"), num_labels=1)
+    reranker = CrossEncoderReranker.from_pretrained(bert, {"max_query_length": 8, "max_doc_length": 16})
+    folder = reranker.save_pretrained(tmp_path_factory.mktemp("export") / "ce")
+    return folder, reranker.score(QUERY, DOCS)
+
+
+def export_copy(exported, tmp_path) -> Path:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(exported[0], copy)
+    return copy
+
+
+def test_an_export_records_its_files_and_reads_back_checked(exported, tmp_path):
+    from rerankers.cross_encoder import CrossEncoderReranker
+    from rerankers.hf_export import CHECKSUM_FILE
+    from tests.test_hf_export import DOCS, QUERY
+
+    copy = export_copy(exported, tmp_path)
+    recorded = json.loads((copy / CHECKSUM_FILE).read_text())["files"]
+    assert {"config.json", "model.safetensors", "neural_rerank.json"} <= set(recorded)
+    assert CrossEncoderReranker.load(copy).score(QUERY, DOCS) == exported[1]
+
+
+def test_one_weight_changed_in_an_exported_model_is_an_error(exported, tmp_path):
+    from safetensors import safe_open
+
+    from pipeline.core.errors import CheckpointError
+    from rerankers.cross_encoder import CrossEncoderReranker
+
+    copy = export_copy(exported, tmp_path)
+    weights = copy / "model.safetensors"
+    with safe_open(str(weights), "pt") as handle:   # safetensors reads such a file without complaint
+        assert handle.keys()
+    change_in_place(weights, offset=weights.stat().st_size - 7)          # inside the last tensor's data
+    with pytest.raises(CheckpointError, match=r"exported model is damaged \(model.safetensors does not match "
+                                              r"the SHA-256.*export it again"):
+        CrossEncoderReranker.load(copy)
+
+
+def test_a_config_value_edited_in_an_exported_model_is_an_error(exported, tmp_path):
+    from pipeline.core.errors import CheckpointError
+    from rerankers.hf_export import load_pretrained
+
+    copy = export_copy(exported, tmp_path)
+    config = copy / "config.json"
+    before = config.stat()
+    text = config.read_text()
+    assert '"num_hidden_layers": 2' in text
+    config.write_text(text.replace('"num_hidden_layers": 2', '"num_hidden_layers": 1'))   # same size
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(CheckpointError, match=r"config.json does not match the SHA-256"):
+        load_pretrained(copy)
+
+
+def test_every_exported_file_gets_the_umask_s_mode(exported):
+    mask = os.umask(0o022)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in exported[0].iterdir()}
+    assert set(modes.values()) == {0o666 & ~mask}, modes     # model.safetensors was 0600, the others 0644

@@ -22,7 +22,9 @@ from rerankers import reranker_class
 from rerankers.addax import AddaxNoHashingReranker, AddaxReranker
 from rerankers.bi_encoder import BiEncoderReranker
 from rerankers.cross_encoder import CrossEncoderModel, CrossEncoderReranker, PretrainedHeadModel
-from rerankers.hf_export import ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE, CONFIG_FILE, LINEAR_SCALE_EXPONENT, load_pretrained
+from rerankers.hf_export import (
+    ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE, CHECKSUM_FILE, CONFIG_FILE, LINEAR_SCALE_EXPONENT, load_pretrained,
+)
 from tests.helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 from tests.test_addax import make_tiny_encoder
 from tests.test_framework import TOPICS, write_pairs
@@ -283,8 +285,12 @@ def test_exports_of_another_model_or_damaged_ones_are_refused(tiny_encoder, tmp_
     described = json.loads((no_hashing / ADDAX_CONFIG_FILE).read_text())
     changed = {**described, "model_config": {**described["model_config"], "hashing": False}}
     (no_hashing / ADDAX_CONFIG_FILE).write_text(json.dumps(changed))
+    with pytest.raises(CheckpointError, match="exported model is damaged.*addax_config.json"):  # its checksums
+        AddaxReranker.load(no_hashing)
+    (no_hashing / CHECKSUM_FILE).unlink()  # an export without checksums (older ones): the checks behind them
     with pytest.raises(CheckpointError, match="weights do not fit.*unexpected.*denoiser"):  # the head file has more
         AddaxReranker.load(no_hashing)
+    (addax / CHECKSUM_FILE).unlink()
     (addax / ADDAX_HEAD_FILE).write_bytes(b"not safetensors")
     with pytest.raises(CheckpointError, match=f"{ADDAX_HEAD_FILE}: not a readable safetensors file"):
         AddaxReranker.load(addax)

@@ -3,20 +3,99 @@
 Everything the pipeline produces (run files, indexes, checkpoints, evaluation reports) goes through
 these helpers: content is written under a temporary name in the same directory and moved into place
 with :func:`os.replace`, which is atomic on POSIX file systems.
+
+A temporary sibling is named ``.<name>.pid<PID>@<host>.<random>.tmp`` (``.old`` for an entry being replaced).
+A process killed with SIGKILL cannot remove it, so every later write of the same target first removes the
+siblings whose owner is gone (:func:`remove_stale_temps`): its process id no longer runs on this host.
+Siblings written before owners were recorded (``.<name>.<random>.tmp``) are removed once a day old.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import shutil
+import socket
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Iterator
 
+log = logging.getLogger(__name__)
+
+#: a temporary sibling of the old naming (no owner) is removed when older than this (seconds)
+LEGACY_STALE_AGE = 24 * 3600
+
+
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40]
+
+
+def _owner_prefix(path: Path) -> str:
+    """``.<name>.pid<PID>@<host>.``: who writes this temporary sibling (read back by :func:`remove_stale_temps`)."""
+    return f".{path.name}.pid{os.getpid()}@{_host_tag()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary siblings of ``path`` (``.<name>.*.tmp`` / ``.old`` files or directories) left by
+    writers that are gone: the process id in the name no longer runs on this host (or, for names without
+    an owner, written by older versions, the sibling is over a day old). Returns what was removed.
+
+    Args:
+        path: the target a write is about to produce (it need not exist).
+
+    Example:
+        >>> remove_stale_temps(cache / "cranfield-porter-stop-1a2b3c")  # doctest: +SKIP
+        [PosixPath('.../.cranfield-porter-stop-1a2b3c.pid4242@host.k3j2l1m0.tmp')]
+    """
+    path = Path(path)
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.(?:pid(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]*)\.)?"
+                         rf"[A-Za-z0-9_]{{8}}\.(?:tmp|old)$")
+    removed = []
+    try:
+        siblings = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    host, now = _host_tag(), time.time()
+    for sibling in siblings:
+        match = pattern.match(sibling.name)
+        if match is None:
+            continue
+        try:
+            if match["pid"] is None:
+                stale = now - sibling.stat(follow_symlinks=False).st_mtime > LEGACY_STALE_AGE
+            else:
+                stale = match["host"] == host and not _alive(int(match["pid"]))
+            if not stale:
+                continue
+            if sibling.is_dir(follow_symlinks=False):
+                shutil.rmtree(sibling.path)
+            else:
+                os.unlink(sibling.path)
+        except FileNotFoundError:
+            continue  # another process removed it first
+        except OSError as error:
+            log.warning("could not remove the stale temporary %s: %s", sibling.path, error)
+            continue
+        log.info("removed %s, left by a writer that is gone", sibling.path)
+        removed.append(Path(sibling.path))
+    return removed
+
 
 def _temp_sibling(path: Path, suffix: str = "") -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=_owner_prefix(path), suffix=f".tmp{suffix}", dir=path.parent)
     os.close(fd)
     # mkstemp creates 0600; give the result the mode open() would (or the mode of the file it replaces)
     try:
@@ -42,6 +121,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
     temp = _temp_sibling(path)
     binary = "b" in mode
     try:
@@ -65,12 +145,14 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    remove_stale_temps(path)
+    temp = Path(tempfile.mkdtemp(prefix=_owner_prefix(path), suffix=".tmp", dir=path.parent))
     try:
         os.chmod(temp, 0o777 & ~_umask())  # mkdtemp creates 0700; the result gets mkdir()'s mode
         yield temp
+        readable_modes(temp)
         if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            old = Path(tempfile.mkdtemp(prefix=_owner_prefix(path), suffix=".old", dir=path.parent))
             os.replace(path, old / path.name)
             os.replace(temp, path)
             shutil.rmtree(old, ignore_errors=True)
@@ -79,6 +161,22 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def readable_modes(directory: str | os.PathLike) -> None:
+    """Give every file and folder under ``directory`` at least the permissions ``open()`` and ``mkdir()``
+    would (``0o666`` / ``0o777`` less the umask): libraries that write through their own temporary files
+    leave some at ``0o600`` (transformers' ``model.safetensors``), unreadable to the other users of a shared
+    cache or export while the files beside them are."""
+    mask = _umask()
+    for root, folders, files in os.walk(directory):
+        for name, wanted in [*((f, 0o777) for f in folders), *((f, 0o666) for f in files)]:
+            target = os.path.join(root, name)
+            if os.path.islink(target):
+                continue
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+            if mode | (wanted & ~mask) != mode:
+                os.chmod(target, mode | (wanted & ~mask))
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

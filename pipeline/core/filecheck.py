@@ -133,7 +133,7 @@ def damaged(entry: Path, what: str, reason: str) -> CorruptCacheError:
     return error
 
 
-def check(directory: Path, recorded: Mapping[str, Mapping], stamp_file: str, what: str,
+def check(directory: Path, recorded: Mapping[str, Mapping], stamp_file: str | None, what: str,
           full: bool | None = None) -> None:
     """Raise :class:`CorruptCacheError` unless every file of ``recorded`` (from :func:`describe`) is in
     ``directory`` with its size and digest.
@@ -141,7 +141,8 @@ def check(directory: Path, recorded: Mapping[str, Mapping], stamp_file: str, wha
     Args:
         directory: the cache entry.
         recorded: ``{name: {"bytes": size, "sha256": digest}}`` written by its build.
-        stamp_file: the entry's stamp (sizes and modification times at the last full read), renewed here.
+        stamp_file: the entry's stamp (sizes and modification times at the last full read), renewed here;
+            ``None`` for none (an entry over the line is then checked by its sizes only).
         what: what the entry is, for the error ("code index").
         full: read every file whatever its size (``True``, the verify command), trust a matching stamp
             (``False``), or decide by size (``None``: entries up to :func:`full_check_limit` are read).
@@ -170,6 +171,10 @@ def check(directory: Path, recorded: Mapping[str, Mapping], stamp_file: str, wha
     if full is None:
         full = total <= full_check_limit()
     if not full:
+        if stamp_file is None:
+            log.info("%s: %d bytes, over %s: sizes checked, contents not read (python -m pipeline.verify reads "
+                     "them)", directory, total, LIMIT_VARIABLE)
+            return
         try:
             if json.loads((directory / stamp_file).read_text(encoding="utf-8")) == current:
                 log.info("%s: %d bytes, over %s: trusted from its last full check (python -m pipeline.verify "
@@ -181,7 +186,8 @@ def check(directory: Path, recorded: Mapping[str, Mapping], stamp_file: str, wha
         if file_sha256(directory / name) != recorded[name]["sha256"]:
             raise damaged(directory, what, f"{name} does not match the SHA-256 written with it")
     remember_verified(directory, current)
-    write_stamp(directory / stamp_file, current)
+    if stamp_file is not None:
+        write_stamp(directory / stamp_file, current)
 
 
 def write_stamp(path: Path, stamp: object) -> None:
@@ -196,6 +202,65 @@ def write_stamp(path: Path, stamp: object) -> None:
             json.dump(stamp, handle)
     except OSError:
         pass  # a read-only cache: verified now, verified again on the next open
+
+
+MANIFEST_FORMAT = 1
+
+
+def write_manifest(directory: Path, manifest: str) -> dict[str, dict]:
+    """Record every file under ``directory`` (sub-folders too, ``manifest`` itself excepted) with its size and
+    SHA-256 in the JSON file ``directory/manifest``; returns the records.
+
+    Example:
+        >>> write_manifest(export_dir, "neural_rerank_checksums.json")  # doctest: +SKIP
+        {'config.json': {'bytes': 612, 'sha256': '9f2c...'}, ...}
+    """
+    directory = Path(directory)
+    names = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                   if p.is_file() and not p.is_symlink() and p.relative_to(directory).as_posix() != manifest)
+    files = describe(directory, names)
+    with atomic_write(directory / manifest) as handle:
+        json.dump({"format": MANIFEST_FORMAT, "files": files}, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    return files
+
+
+def read_manifest(path: Path, what: str) -> dict[str, dict]:
+    """The ``{name: {"bytes", "sha256"}}`` records of manifest file ``path`` (:func:`write_manifest`); an
+    unreadable, garbled or foreign file, or a name leaving its directory, is a :class:`CorruptCacheError`."""
+    path = Path(path)
+    try:
+        body = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise damaged(path.parent, what, f"{path.name} is unreadable: {str(error)[:200]}") from None
+    files = body.get("files") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or body.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
+        raise damaged(path.parent, what, f"{path.name} is not a checksum manifest of format {MANIFEST_FORMAT}")
+    for name, facts in files.items():
+        if not isinstance(facts, dict) or not isinstance(facts.get("bytes"), int) \
+                or not isinstance(facts.get("sha256"), str):
+            raise damaged(path.parent, what, f"{path.name}: the record of {name[:200]!r} is not {{bytes, sha256}}")
+        parts = Path(name).parts
+        if not name or Path(name).is_absolute() or ".." in parts or "\x00" in name:
+            raise damaged(path.parent, what, f"{path.name}: {name[:200]!r} is not a path inside the directory")
+    return files
+
+
+def check_manifest(directory: Path, manifest: str, what: str, full: bool | None = None) -> list[str] | None:
+    """Check every file ``directory/manifest`` records (sizes, then contents as :func:`check` decides);
+    returns the files present but not recorded, or ``None`` when there is no manifest.
+
+    Raises:
+        CorruptCacheError: a recorded file is missing, of another size or other content, or the manifest is
+            unreadable.
+    """
+    directory = Path(directory)
+    if not (directory / manifest).is_file():
+        return None
+    recorded = read_manifest(directory / manifest, what)
+    check(directory, recorded, None, what, full)
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    return sorted(present - set(recorded) - {manifest})
 
 
 def stamp_is_fresh(directory: Path, names: Iterable[str], stamp_file: str) -> bool:
