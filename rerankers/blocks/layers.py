@@ -1,0 +1,145 @@
+"""Layers shared by the word-level models: embeddings, spatial dropout, a masked convolution, a feed-forward
+stack."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .masking import masked_fill_padding
+
+
+def build_embedding(weights: torch.Tensor, freeze: bool, padding_idx: int = 0) -> nn.Embedding:
+    """Embedding layer initialised from pretrained vectors.
+
+    Row ``padding_idx`` is set to zeros and receives no gradient, so padding
+    tokens contribute nothing to dot products even before masking.
+
+    Args:
+        weights: ``[V, E]`` float tensor (copied, the caller's tensor is untouched).
+        freeze: True keeps the vectors fixed during training.
+        padding_idx: vocabulary row used for padding.
+
+    Returns:
+        ``nn.Embedding(V, E)``.
+    """
+    if weights.dim() != 2:
+        raise ValueError(f"embedding weights must be [V, E], got {tuple(weights.shape)}")
+    table = weights.detach().clone().float()
+    table[padding_idx] = 0.0
+    return nn.Embedding.from_pretrained(table, freeze=freeze, padding_idx=padding_idx)
+
+
+class SpatialDropout1d(nn.Module):
+    """Dropout of whole feature channels of a ``[B, L, D]`` sequence (Keras' SpatialDropout1D).
+
+    Dropping a channel at every position at once regularises embeddings more
+    than element-wise dropout, where neighbouring positions leak the value.
+    """
+
+    def __init__(self, p: float) -> None:
+        """
+        Args:
+            p: probability of dropping a channel.
+        """
+        super().__init__()
+        self.dropout = nn.Dropout1d(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, L, D]`` -> ``[B, L, D]``."""
+        return self.dropout(x.transpose(1, 2)).transpose(1, 2)
+
+
+class MaskedConv1d(nn.Module):
+    """Length-preserving 1-D convolution over a padded, channel-last sequence.
+
+    Padding positions are zeroed before the convolution (so whatever sits
+    there, e.g. ``relu(bias)`` from a previous layer, is invisible) and after
+    it (so the next layer starts clean). Because the implicit border padding
+    is zeros too, a real position sees exactly the same input whether the
+    sequence is followed by 0 or by 100 padding tokens.
+
+    ``padding_side`` decides which neighbours output position i covers:
+
+    * ``"right"``: tokens ``i .. i+k-1`` (phrase starting at i; Keras
+      ``'same'`` for k=2);
+    * ``"left"``: tokens ``i-k+1 .. i`` (causal);
+    * ``"center"``: tokens ``i-(k-1)//2 .. i+k-1-(k-1)//2`` (Keras ``'same'``).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        padding_side: str = "right",
+        activation: nn.Module | None = None,
+    ) -> None:
+        """
+        Args:
+            in_channels: input feature size.
+            out_channels: number of filters.
+            kernel_size: window width k.
+            padding_side: ``"right"``, ``"left"`` or ``"center"`` (see class doc).
+            activation: applied before re-masking (ReLU if None; pass
+                ``nn.Identity()`` for a linear convolution).
+        """
+        super().__init__()
+        if padding_side not in ("right", "left", "center"):
+            raise ValueError(f"padding_side must be right/left/center, got {padding_side!r}")
+        total = kernel_size - 1
+        if padding_side == "right":
+            self.pad = (0, total)
+        elif padding_side == "left":
+            self.pad = (total, 0)
+        else:
+            self.pad = (total // 2, total - total // 2)
+        self.kernel_size = kernel_size
+        self.padding_side = padding_side
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size)
+        self.activation = nn.ReLU() if activation is None else activation
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """
+        Args:
+            x: ``[B, L, C_in]``.
+            mask: ``[B, L]`` bool.
+
+        Returns:
+            ``[B, L, C_out]`` with zeros at padding positions.
+        """
+        x = masked_fill_padding(x, mask)
+        y = self.conv(F.pad(x.transpose(1, 2), self.pad))
+        y = self.activation(y.transpose(1, 2))
+        return masked_fill_padding(y, mask)
+
+
+def feed_forward(
+    dims: Sequence[int], dropout: float = 0.0, activation: type[nn.Module] = nn.ReLU
+) -> nn.Sequential:
+    """Multi-layer perceptron ``dims[0] -> dims[1] -> ... -> dims[-1]``.
+
+    Activation (and dropout, when > 0) follow every layer but the last, which
+    stays linear so it can output logits or scores.
+
+    Args:
+        dims: layer sizes, input first (at least two entries).
+        dropout: dropout after each hidden activation.
+        activation: activation class for hidden layers.
+
+    Returns:
+        ``nn.Sequential``.
+    """
+    if len(dims) < 2:
+        raise ValueError("feed_forward needs at least an input and an output size")
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:])):
+        layers.append(nn.Linear(fan_in, fan_out))
+        if i < len(dims) - 2:
+            layers.append(activation())
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
