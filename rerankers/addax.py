@@ -92,7 +92,8 @@ from pipeline.core.records import Doc, Query
 from .blocks import masked_softmax
 from .blocks import maxsim as late_interaction
 from .hf_export import ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE
-from .transformer_base import LRUCache, TransformerReranker, pad_ids, unique_rows
+from .lru import LRUCache
+from .transformer_base import TransformerReranker, pad_ids, unique_rows
 
 __all__ = [
     "AddaxConfig", "AddaxModel", "MAGCell", "HashingDenoiser", "maxsim", "positionwise",

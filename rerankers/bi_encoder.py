@@ -38,7 +38,8 @@ from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
 
 from .encoders import pretrained_config
-from .transformer_base import LRUCache, TransformerReranker, pad_ids, unique_rows
+from .lru import LRUCache
+from .transformer_base import TransformerReranker, pad_ids, unique_rows
 
 __all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker"]
 

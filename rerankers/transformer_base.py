@@ -36,7 +36,6 @@ import json
 import logging
 import platform
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
@@ -45,8 +44,9 @@ from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.options import apply_overrides
 from pipeline.core.records import Doc, Query
 
-from .encoders import DEFAULT_ENCODER, load_encoder
 from .checkpoints import load_checkpoint, project_version, save_checkpoint
+from .encoders import DEFAULT_ENCODER, load_encoder
+from .lru import LRUCache
 from .neural import TorchReranker
 from .training.config import TrainConfig
 from .training.loop import Trainer
@@ -81,43 +81,6 @@ class EncoderConfig:
             raise PipelineError("max_query_length and max_doc_length must be at least 1")
         if self.doc_cache_size < 0:
             raise PipelineError("doc_cache_size must be >= 0 (0 disables the cache)")
-
-
-class LRUCache:
-    """A bounded mapping that forgets the least recently used entry first (``maxsize`` 0 keeps nothing)."""
-
-    def __init__(self, maxsize: int):
-        self.maxsize = maxsize
-        self._data: OrderedDict = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: Hashable, default=None):
-        try:
-            value = self._data[key]
-        except KeyError:
-            self.misses += 1
-            return default
-        self._data.move_to_end(key)
-        self.hits += 1
-        return value
-
-    def put(self, key: Hashable, value) -> None:
-        if self.maxsize <= 0:
-            return
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        self._data.clear()
-
-    def __contains__(self, key) -> bool:
-        return key in self._data
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 def _find(sequence: list[int], part: list[int], start: int = 0) -> int:

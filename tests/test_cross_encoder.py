@@ -14,7 +14,8 @@ from rerankers.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers import reranker_class
 from rerankers.cross_encoder import CrossEncoderReranker
-from rerankers.transformer_base import LRUCache, SpecialTokens
+from rerankers.lru import LRUCache
+from rerankers.transformer_base import SpecialTokens
 from tests.helpers import one_torch_thread, relevant_wins, tiny_dataset  # noqa: F401  (autouse fixture)
 from tests.test_addax import DOCS, QUERY, WORDS, make_tiny_encoder
 
