@@ -370,8 +370,8 @@ def test_search_agrees_with_brute_force_maxsim(built, dataset, kind):
     queries = list(dataset.queries.values())
     run = retriever.search(queries, k=10)
     # brute force, by hand: every document's stored vectors against the query vectors
-    docs = np.array(json.loads((path / codes.DOC_IDS_FILE).read_text()))
-    token_docs = np.load(path / codes.TOKEN_DOCS_FILE)
+    docs = np.array(list(codes.DocIds.open(path, meta)))
+    token_docs = np.repeat(np.arange(len(docs)), np.diff(np.load(path / codes.DOC_OFFSETS_FILE)))
     stored = retriever.vectors
     vectors = unpack_codes(stored, 16) / 4.0 if kind == "codes" else np.array(stored)  # 1/sqrt(16)
     for query, q in zip(queries, retriever.encode_queries([q.text for q in queries])):
@@ -438,7 +438,7 @@ def test_second_build_uses_the_cache(built, tiny_encoder, dataset, root, monkeyp
     assert build_code_index(again, small_options(tiny_encoder), root) == built["codes"]
     assert os.stat(built["codes"] / codes.META_FILE).st_mtime_ns == before
     assert sorted(set(os.listdir(built["codes"])) - {codes.VERIFIED_STAMP}) == sorted(  # stamp: once searched
-        [codes.META_FILE, codes.FAISS_FILE, codes.TOKEN_DOCS_FILE, codes.DOC_IDS_FILE, codes.ENCODER_FILE])
+        [codes.META_FILE, *codes.VERIFIED_FILES, codes.ENCODER_FILE])
     assert not [p for p in os.listdir(root) if p.endswith(".shards") or p.endswith(".tmp")]
 
 
@@ -529,7 +529,8 @@ def test_interrupted_build_resumes_from_the_last_finished_shard(tiny_encoder, da
     monkeypatch.undo()
     fresh = build_code_index(dataset, options, tmp_path / "fresh")
     assert (fresh / codes.FAISS_FILE).read_bytes() == (path / codes.FAISS_FILE).read_bytes()
-    assert np.array_equal(np.load(fresh / codes.TOKEN_DOCS_FILE), np.load(path / codes.TOKEN_DOCS_FILE))
+    for name in codes.VERIFIED_FILES[1:]:
+        assert (fresh / name).read_bytes() == (path / name).read_bytes(), name
 
 
 def test_failed_assembly_leaves_no_index(tiny_encoder, dataset, tmp_path, monkeypatch):
@@ -546,8 +547,8 @@ def test_failed_assembly_leaves_no_index(tiny_encoder, dataset, tmp_path, monkey
 
 @pytest.mark.parametrize("damage, message", [
     ("flip a byte of faiss.index", "faiss.index does not match the SHA-256"),
-    ("truncate token_docs.npy", "token_docs.npy has"),
-    ("delete doc_ids.json", "doc_ids.json is missing"),
+    ("truncate doc_offsets.npy", "doc_offsets.npy has"),
+    ("delete doc_ids.utf8.npy", "doc_ids.utf8.npy is missing"),
     ("garble code-index.json", "code-index.json is unreadable"),
     ("flip a byte of encoder.pt", "encoder.pt: .*damaged|encoder.pt: not a readable"),
 ])

@@ -70,6 +70,9 @@ import importlib
 EXPORTS = {
     "KINDS": "options", "INDEX_TYPES": "options", "HASH_HEADS": "options",
     "META_FILE": "options", "FAISS_FILE": "options", "TOKEN_DOCS_FILE": "options", "DOC_IDS_FILE": "options",
+    "DOC_OFFSETS_FILE": "options", "DOC_ID_BYTES_FILE": "options", "DOC_ID_OFFSETS_FILE": "options",
+    "INDEX_FORMAT": "options", "RESCORE_DEPTH": "options", "DocIds": "build", "doc_offsets": "build",
+    "check_format": "build", "storage_bytes": "build",
     "ENCODER_FILE": "options", "ENCODER_META": "options", "SHARD_MANIFEST": "options",
     "CHECKPOINT_FORMAT": "options", "GPU_MAX_K": "options", "TRAINING_COMPANIONS": "options",
     "code_index_root": "options", "CodeOptions": "options", "LATER_FIELDS": "options", "PERSISTED_NAMES": "options",

@@ -27,8 +27,15 @@ INDEX_TYPES = ("flat", "hnsw", "ivf")
 HASH_HEADS = ("mlp", "lsh")
 META_FILE = "code-index.json"
 FAISS_FILE = "faiss.index"
-TOKEN_DOCS_FILE = "token_docs.npy"
-DOC_IDS_FILE = "doc_ids.json"
+TOKEN_DOCS_FILE = "token_docs.npy"  # format 1: each vector's document number (int32)
+DOC_IDS_FILE = "doc_ids.json"  # format 1: the document ids, one JSON list
+DOC_OFFSETS_FILE = "doc_offsets.npy"  # format 2: document d's vectors are rows offsets[d]:offsets[d + 1] (int64)
+DOC_ID_BYTES_FILE = "doc_ids.utf8.npy"  # format 2: the document ids' UTF-8 bytes, concatenated (uint8)
+DOC_ID_OFFSETS_FILE = "doc_id_offsets.npy"  # format 2: id d is bytes offsets[d]:offsets[d + 1] (int64)
+#: the layout of an index directory written by this version (``format`` in its metadata; absent: 1)
+INDEX_FORMAT = 2
+#: documents re-scored exactly per query by default (the best by their score estimated from the kNN step)
+RESCORE_DEPTH = 256
 ENCODER_FILE = "encoder.pt"
 ENCODER_META = "encoder.json"
 SHARD_MANIFEST = "manifest.json"
@@ -88,6 +95,9 @@ class CodeOptions:
     # not part of the cache key
     k_prime: int = code_option(256, "neighbours per query token at search time", compare=False)
     ivf_nprobe: int = code_option(16, "ivf: lists visited per query token at search time", compare=False)
+    rescore_depth: int = code_option(RESCORE_DEPTH, "documents per query re-scored by exact MaxSim: the best "
+                                     "by a score estimated from the kNN results (at least k; 0: every candidate)",
+                                     compare=False)
     mmap: bool = code_option(True, "ivf: search the index and its vectors memory-mapped from disk", cli=False,
                              compare=False)
     shard_size: int = code_option(1024, "documents per resumable shard", compare=False)
@@ -125,6 +135,8 @@ class CodeOptions:
         for name in ("steps", "hard_negatives"):
             if getattr(self, name) < 0:
                 raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.rescore_depth < 0:
+            raise PipelineError(f"rescore_depth must be >= 0 (0: re-score every candidate), got {self.rescore_depth}")
         if self.ivf_nlist < 0:
             raise PipelineError(f"ivf_nlist must be >= 0 (0: automatic), got {self.ivf_nlist}")
         for name in ("batch_size", "max_query_length", "max_doc_length", "k_prime", "shard_size", "ivf_nprobe",

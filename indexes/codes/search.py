@@ -4,7 +4,6 @@ candidates' token vectors; the ``codes`` and ``colbert`` first-stage factories."
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from pathlib import Path
@@ -20,11 +19,14 @@ from pipeline.core.records import Query, Run, ScoredDoc
 
 from ..base import BM25Settings
 
-from .build import build_code_index, find_code_index, index_metadata, index_size_bytes, is_complete, verify_code_index
+from .build import (
+    DocIds, build_code_index, check_format, doc_offsets, find_code_index, index_metadata, index_size_bytes, is_complete,
+    verify_code_index,
+)
 from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint
 from .model import _autocast, _set_threads, pack_codes, tokenize, unpack_codes
-from .options import CodeOptions, DOC_IDS_FILE, ENCODER_FILE, FAISS_FILE, GPU_MAX_K, TOKEN_DOCS_FILE
+from .options import CodeOptions, ENCODER_FILE, FAISS_FILE, GPU_MAX_K, RESCORE_DEPTH
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,8 @@ class CodeRetriever:
     """
 
     def __init__(self, path: Path, k_prime: int = 256, batch_size: int = 32, device: str = "auto",
-                 threads: int | None = None, gpu: bool = True, nprobe: int = 16, mmap: bool = True):
+                 threads: int | None = None, gpu: bool = True, nprobe: int = 16, mmap: bool = True,
+                 rescore_depth: int = RESCORE_DEPTH):
         import faiss
 
         from pipeline.core.runtime import resolve_device
@@ -85,19 +88,20 @@ class CodeRetriever:
         verify_code_index(path)  # a damaged index is an error, never different rankings
         if k_prime <= 0:
             raise PipelineError(f"k_prime must be positive, got {k_prime}")
+        if rescore_depth < 0:
+            raise PipelineError(f"rescore_depth must be >= 0 (0: re-score every candidate), got {rescore_depth}")
         _set_threads(threads)
-        self.path, self.k_prime, self.batch_size = path, k_prime, batch_size
+        self.path, self.k_prime, self.batch_size, self.rescore_depth = path, k_prime, batch_size, rescore_depth
         self.meta = index_metadata(path)
+        check_format(path, self.meta)
         self.name = self.kind = self.meta["kind"]
         self.binary = self.kind == "codes"
         self.device = resolve_device(device)
         self.tokenizer, self.model, opts = load_encoder_checkpoint(path / ENCODER_FILE, self.device)
         self.dim = opts["dim"]
         self.max_query_length = opts["query_max_length"]
-        self.doc_ids: list[str] = json.loads((path / DOC_IDS_FILE).read_text(encoding="utf-8"))
-        self.token_docs = np.load(path / TOKEN_DOCS_FILE)
-        lengths = np.bincount(self.token_docs, minlength=len(self.doc_ids))
-        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.doc_ids = DocIds.open(path, self.meta)
+        self.offsets = doc_offsets(path, self.meta, len(self.doc_ids))
         self.index_bytes = index_size_bytes(path)
         if self.meta["options"].get("index_type") == "ivf":
             self._cpu_index, self.vectors = ivf_index.open_index(path, FAISS_FILE, self.binary, nprobe, mmap)
@@ -159,10 +163,11 @@ class CodeRetriever:
                                                  torch.from_numpy(np.ascontiguousarray(query_vectors)).to(device))
         return sims.float().cpu().numpy()
 
-    def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
-        """Documents of the ``k_prime`` nearest vectors of each query token (sorted doc numbers)."""
-        if len(query_vectors) == 0:
-            return np.zeros(0, dtype=np.int64)
+    def neighbours(self, query_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(labels, similarities)``, both ``[tokens, k']``: each query token's ``k_prime`` nearest stored
+        vectors (row numbers, -1 where the index has fewer) and their similarity as the kNN step measured it,
+        higher is closer (codes: ``1 - 2 hamming / bits``, the cosine of the query's sign pattern and the
+        code; float vectors: the inner product)."""
         k = min(self.k_prime, int(self._cpu_index.ntotal))
         if self.index is not self._cpu_index:
             k = min(k, GPU_MAX_K)
@@ -171,33 +176,90 @@ class CodeRetriever:
                 with torch.inference_mode():
                     keys = self.model.hash_unit_vectors(torch.from_numpy(query_vectors).to(self.model.center.device))
                 query_vectors = keys.float().cpu().numpy()
-            _, labels = self.index.search(pack_codes(query_vectors), k)
-        else:
-            _, labels = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), k)
-        labels = labels[labels >= 0]
-        return np.unique(self.token_docs[labels]).astype(np.int64)
+            distances, labels = self.index.search(pack_codes(query_vectors), k)
+            return labels, 1.0 - 2.0 * distances.astype(np.float32) / self.dim
+        distances, labels = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), k)
+        return labels, distances.astype(np.float32, copy=False)
+
+    def docs_of(self, rows: np.ndarray) -> np.ndarray:
+        """The document number of each stored vector in ``rows`` (a document's vectors are consecutive rows)."""
+        return np.searchsorted(self.offsets, rows, side="right").astype(np.int64) - 1
+
+    def doc_id(self, number: int) -> str:
+        """The id of document ``number``."""
+        return self.doc_ids[number]
+
+    def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
+        """Documents of the ``k_prime`` nearest vectors of each query token (sorted doc numbers)."""
+        if len(query_vectors) == 0:
+            return np.zeros(0, dtype=np.int64)
+        labels, _ = self.neighbours(query_vectors)
+        return np.unique(self.docs_of(labels[labels >= 0]))
+
+    def approximate_scores(self, labels: np.ndarray, similarities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(candidates, scores)``: the documents of the kNN results (sorted doc numbers) and each one's
+        MaxSim estimated from those results alone, without reading a document's vectors.
+
+        For each query token, a document's term is the best similarity among its vectors that the token
+        retrieved; a token that retrieved none of them contributes its ``k'``-th neighbour's similarity
+        (its vectors are at most that close in the kNN measure: the imputation of XTR and of ColBERT's
+        candidate generation, optimistic, so that a document is never pruned for a token it was not
+        searched with). Args: ``labels`` / ``similarities`` of :meth:`neighbours`.
+        """
+        valid = labels >= 0
+        if not valid.any():
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        tokens = np.nonzero(valid)[0]
+        docs = self.docs_of(labels[valid])
+        found, inverse = np.unique(docs, return_inverse=True)
+        floor = np.where(valid, similarities, np.inf).min(axis=1)
+        floor[~np.isfinite(floor)] = 0.0  # a token without neighbours adds the same to every document
+        best = np.repeat(floor[None, :].astype(np.float32), len(found), axis=0)
+        np.maximum.at(best, (inverse.ravel(), tokens), similarities[valid])
+        return found.astype(np.int64), best.sum(axis=1)
+
+    def pruned_candidates(self, query_vectors: np.ndarray, depth: int) -> np.ndarray:
+        """The kNN candidates, cut to the ``depth`` best by :meth:`approximate_scores` (ties by doc number,
+        so a deeper cut always contains a shallower one); ``depth <= 0`` keeps them all. Sorted doc numbers."""
+        if len(query_vectors) == 0:
+            return np.zeros(0, dtype=np.int64)
+        found, approximate = self.approximate_scores(*self.neighbours(query_vectors))
+        if depth <= 0 or len(found) <= depth:
+            return found
+        order = np.lexsort((found, -approximate))[:depth]
+        return np.sort(found[order])
 
     def _ranking(self, query: Query, vectors: np.ndarray, docs: np.ndarray, k: int) -> list[ScoredDoc]:
         if len(docs) == 0:
             return []
         scores = self.maxsim_scores(vectors, docs)
-        hits = sorted(zip(scores.tolist(), (self.doc_ids[d] for d in docs)), key=lambda h: (-h[0], h[1]))
-        return [ScoredDoc(query.query_id, doc_id, float(score)) for score, doc_id in hits[:k]]
+        top = np.lexsort((docs, -scores))  # doc numbers follow doc id order only by chance: tie-break by id
+        if len(top) > k:  # a tie at the cut is settled by doc id, as when every candidate is sorted
+            cut = scores[top[k - 1]]
+            top = top[scores[top] >= cut]
+        hits = sorted(((float(scores[i]), self.doc_id(int(docs[i]))) for i in top), key=lambda h: (-h[0], h[1]))
+        return [ScoredDoc(query.query_id, doc_id, score) for score, doc_id in hits[:k]]
 
     def search(self, queries: Iterable[Query], k: int = 1000, exhaustive: bool = False) -> Run:
         """Top-``k`` documents for every query (score descending, ties by doc id). ``exhaustive`` scores every
-        document instead of the kNN candidates (brute-force MaxSim, for checks)."""
+        document instead of the kNN candidates (brute-force MaxSim, for checks).
+
+        Only the ``max(rescore_depth, k)`` candidates with the best :meth:`approximate_scores` are scored
+        exactly (``rescore_depth`` 0: every candidate)."""
         from tqdm.auto import tqdm
 
         queries = list(queries)
         run: Run = {}
-        everything = np.flatnonzero(np.diff(self.offsets) > 0)
+        depth = max(self.rescore_depth, k) if self.rescore_depth > 0 else 0
         with tqdm(total=len(queries), desc=f"{self.name} search", unit="query",
                   **progress_switch(len(queries) >= 64)) as bar:
             for start in range(0, len(queries), self.batch_size):
                 chunk = queries[start : start + self.batch_size]
                 for query, vectors in zip(chunk, self.encode_queries([q.text for q in chunk])):
-                    docs = everything if exhaustive else self.candidates(vectors)
+                    if exhaustive:
+                        docs = np.flatnonzero(np.diff(self.offsets) > 0)
+                    else:
+                        docs = self.pruned_candidates(vectors, depth)
                     run[query.query_id] = self._ranking(query, vectors, docs, k)
                 bar.update(len(chunk))
         return run
@@ -218,7 +280,7 @@ def _code_first_stage(kind: str, dataset: Dataset, settings: BM25Settings) -> "C
     if path is None:
         path = build_code_index(dataset, options, settings.index_root)
     return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads,
-                         nprobe=options.ivf_nprobe, mmap=options.mmap)
+                         nprobe=options.ivf_nprobe, mmap=options.mmap, rescore_depth=options.rescore_depth)
 
 
 def codes_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
