@@ -39,8 +39,10 @@ class RunRetriever:
 @dataclass
 class BM25Settings:
     """Options of the first stages: Lucene's (index analysis, BM25 and RM3 parameters) and, in ``codes``, an
-    :class:`indexes.codes.CodeOptions` for the learned-code first stages. ``index_root`` is where indexes
-    are cached (default: ``PIPELINE_INDEX_DIR``, else ``indexes/cache/<lucene|codes>``)."""
+    :class:`indexes.codes.CodeOptions` for the learned-code first stages, in ``dense`` an
+    :class:`indexes.dense.DenseOptions` (``dense`` and ``hybrid``) and in ``hybrid`` an
+    :class:`indexes.hybrid.HybridOptions` (``None``: the defaults). ``index_root`` is where indexes
+    are cached (default: ``PIPELINE_INDEX_DIR``, else ``indexes/cache/<lucene|codes|dense>``)."""
 
     k1: float = 0.9
     b: float = 0.4
@@ -52,3 +54,5 @@ class BM25Settings:
     threads: int = 2
     index_root: Path | None = None
     codes: Any = None
+    dense: Any = None
+    hybrid: Any = None

@@ -31,6 +31,8 @@ REGISTRY = Registry("first stage", "neural_rerank.first_stages", {
     "bm25+rm3": "indexes.lucene:bm25_rm3_first_stage",
     "codes": "indexes.codes:codes_first_stage",
     "colbert": "indexes.codes:colbert_first_stage",
+    "dense": "indexes.dense:dense_first_stage",
+    "hybrid": "indexes.hybrid:hybrid_first_stage",
 })
 
 
@@ -71,8 +73,10 @@ def check_first_stage(spec: str) -> None:
         if not Path(spec.partition(":")[2]).is_dir():
             raise ConfigError(f"--first-stage {spec}: no such index directory")
         return
-    raise ConfigError(f"unknown first stage {spec!r}; choose one of {', '.join(available())}, run:PATH, "
-                      "bm25:INDEX or bm25+rm3:INDEX")
+    from pipeline.core.suggest import unknown_name
+
+    raise ConfigError(unknown_name("first stage", spec, REGISTRY.names(),
+                                   [*available(), *(f"{kind}:INDEX" for kind in EXISTING_INDEX_KINDS)]))
 
 
 def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None = None) -> Retriever:

@@ -25,6 +25,7 @@ from .core.evaluation import DEFAULT_MEASURES, parse_measures
 from .core.home import runs_root
 from .core.options import build_config, parse_overrides
 from .core.names import safe_name
+from .core.suggest import unknown_name
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
 DEFAULT_DATASET = "microblog"
@@ -40,6 +41,8 @@ SCORING = "re-ranker scoring (changes no trained model and no cache key)"
 LUCENE = "BM25 / RM3"
 CODE_FIRST_STAGES = ("codes", "colbert")
 CODES = "learned token codes (--first-stage codes / colbert)"
+DENSE_FIRST_STAGES = ("dense", "hybrid")
+DENSE = "dense and hybrid first stages (--first-stage dense / hybrid)"
 
 
 def option(default: Any, help: str | Callable[[], str], group: str = GENERAL, **cli: Any) -> Any:
@@ -145,11 +148,20 @@ class RunConfig:
         (), "option of the codes / colbert first stage's index, a field of indexes.codes.CodeOptions, e.g. "
         "--code-set dim=512 --code-set hash_head=lsh (repeatable; python -m pipeline.index --help lists them)",
         CODES, flag="--code-set", metavar="NAME=VALUE")
+    dense_overrides: tuple[str, ...] = option(
+        (), "option of the dense first stage (also hybrid's dense half), a field of indexes.dense.DenseOptions, "
+        "e.g. --dense-set encoder=DIR --dense-set index_type=hnsw (repeatable; docs/first-stages.md lists them)",
+        DENSE, flag="--dense-set", metavar="NAME=VALUE")
+    hybrid_overrides: tuple[str, ...] = option(
+        (), "option of --first-stage hybrid, a field of indexes.hybrid.HybridOptions, e.g. --hybrid-set "
+        "fusion=rrf --hybrid-set weight=0.3 (repeatable)", DENSE, flag="--hybrid-set", metavar="NAME=VALUE")
 
     def __post_init__(self) -> None:
         # normalise what the command line and callers give in looser types (a list of --set items, a str path)
         object.__setattr__(self, "overrides", tuple(self.overrides or ()))
         object.__setattr__(self, "code_overrides", tuple(self.code_overrides or ()))
+        object.__setattr__(self, "dense_overrides", tuple(self.dense_overrides or ()))
+        object.__setattr__(self, "hybrid_overrides", tuple(self.hybrid_overrides or ()))
         if self.output_dir is not None:
             object.__setattr__(self, "output_dir", Path(self.output_dir))
         self.check()
@@ -158,7 +170,7 @@ class RunConfig:
         """Every check that needs no dataset; the first failing one is a :class:`ConfigError`."""
         known = reranker_names()
         if self.reranker not in known:
-            raise ConfigError(f"--reranker: unknown re-ranker {self.reranker!r}; choose one of {', '.join(known)}")
+            raise ConfigError(f"--reranker: {unknown_name('re-ranker', self.reranker, known)}")
         try:
             check_first_stage(self.first_stage)
         except ConfigError as error:
@@ -191,6 +203,34 @@ class RunConfig:
                 raise ConfigError(f"--code-set applies to --first-stage {' or '.join(CODE_FIRST_STAGES)}, "
                                   f"not {self.first_stage!r}")
             self.code_options()
+        if self.dense_overrides:
+            if self.first_stage not in DENSE_FIRST_STAGES:
+                raise ConfigError(f"--dense-set applies to --first-stage {' or '.join(DENSE_FIRST_STAGES)}, "
+                                  f"not {self.first_stage!r}")
+            self.dense_options()
+        if self.hybrid_overrides:
+            if self.first_stage != "hybrid":
+                raise ConfigError(f"--hybrid-set applies to --first-stage hybrid, not {self.first_stage!r}")
+            self.hybrid_options()
+
+    def dense_options(self):
+        """The :class:`indexes.dense.DenseOptions` of ``--dense-set`` (``None`` when none is given: the
+        defaults)."""
+        if not self.dense_overrides:
+            return None
+        from indexes.dense import DenseOptions
+
+        pairs = parse_overrides(self.dense_overrides, flag="--dense-set")
+        return build_config(DenseOptions, pairs, label="--dense-set option")
+
+    def hybrid_options(self):
+        """The :class:`indexes.hybrid.HybridOptions` of ``--hybrid-set`` (``None`` when none is given)."""
+        if not self.hybrid_overrides:
+            return None
+        from indexes.hybrid import HybridOptions
+
+        pairs = parse_overrides(self.hybrid_overrides, flag="--hybrid-set")
+        return build_config(HybridOptions, pairs, label="--hybrid-set option")
 
     def code_options(self):
         """The :class:`indexes.codes.CodeOptions` of ``--code-set`` (``None`` when none is given: the
@@ -217,7 +257,8 @@ class RunConfig:
         """The first stage's options (Lucene analysis, BM25 and RM3 parameters)."""
         return BM25Settings(k1=self.k1, b=self.b, fb_terms=self.fb_terms, fb_docs=self.fb_docs,
                             original_query_weight=self.rm3_weight, stemmer=self.stemmer,
-                            keep_stopwords=self.keep_stopwords, codes=self.code_options())
+                            keep_stopwords=self.keep_stopwords, codes=self.code_options(),
+                            dense=self.dense_options(), hybrid=self.hybrid_options())
 
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> "RunConfig":

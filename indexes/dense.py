@@ -1,0 +1,495 @@
+"""A zero-shot dense first stage: one pooled vector per document from a pre-trained sentence encoder (the
+packaged all-MiniLM-L6-v2 by default, the bi-encoder re-ranker's model) in a FAISS index; nothing is trained.
+
+A text's vector is the encoder's last hidden states pooled over its real tokens (mean, as MiniLM was trained,
+or the [CLS] state: ``pooling=auto`` reads a sentence-transformers directory's ``1_Pooling/config.json``) and
+L2-normalised, so the inner product the index searches is the cosine of the ``bi-encoder`` re-ranker used
+zero-shot (``--reranker bi-encoder --model all-MiniLM-L6-v2`` scores the same vectors, times its scale).
+Indexes: ``flat`` (exact inner product, the default), ``hnsw`` (a graph, approximate) or ``ivf`` (k-means
+lists, approximate; ``ivf_nprobe`` lists visited per query). Arithmetic is float32 throughout.
+
+Caching: an index lives in ``<root>/<dataset>-dense-<key>``, ``<root>`` being ``PIPELINE_INDEX_DIR`` or
+``<home>/indexes/cache/dense`` (:func:`pipeline.core.home.index_root`); the key hashes the dataset's
+fingerprint, the options that change the vectors or the index (:meth:`DenseOptions.key_fields`) and the
+encoder's identity (its name, or for a directory its ``config.json`` digest and weight file sizes). One
+process builds an entry at a time (:func:`pipeline.core.locks.exclusive`, a lock per entry); documents are
+encoded into shards ``<root>/.<entry>.shards/shard-NNNNN.npz`` (each written atomically), so an interrupted
+build resumes after its last finished shard; the index is assembled in a temporary directory renamed into
+place (:func:`pipeline.core.atomic.atomic_directory`), with the sizes and SHA-256 of its files recorded in
+its metadata and checked when it is opened (:mod:`pipeline.core.filecheck`): a damaged index is an error
+naming the command that clears it, never different rankings.
+
+torch, transformers and faiss are imported inside the functions that use them: the command line imports
+this module to check ``--dense-set`` options.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from pipeline.core import filecheck
+from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.datasets import Dataset
+from pipeline.core.errors import PipelineError
+from pipeline.core.home import index_root
+from pipeline.core.locks import exclusive
+from pipeline.core.names import safe_name
+from pipeline.core.progress import progress_switch
+from pipeline.core.records import Query, Run, ScoredDoc
+
+from .base import BM25Settings
+
+log = logging.getLogger(__name__)
+
+INDEX_TYPES = ("flat", "hnsw", "ivf")
+POOLINGS = ("auto", "mean", "cls")
+META_FILE = "dense-index.json"
+FAISS_FILE = "faiss.index"
+DOC_IDS_FILE = "doc_ids.json"
+SHARD_MANIFEST = "manifest.json"
+#: the index files whose size and SHA-256 the metadata records
+VERIFIED_FILES = (FAISS_FILE, DOC_IDS_FILE)
+#: written beside them after a verification: each file's size and modification time
+VERIFIED_STAMP = "pipeline-verified.json"
+#: bumped when the layout or the arithmetic of an index changes (part of the cache key)
+FORMAT = 1
+#: vectors k-means sees when training the IVF quantizer (faiss samples 256 per list at most anyway)
+IVF_TRAIN_SAMPLE = 262_144
+
+
+def dense_option(default, help: str, compare: bool = True, cli: bool = True):
+    """A :class:`DenseOptions` field with its help (``--dense-set NAME=VALUE`` sets it); ``compare=False``:
+    changes neither the vectors nor the index, so it is not part of the cache key."""
+    return field(default=default, compare=compare, metadata={"help": help, "group": "dense first stage", "cli": cli})
+
+
+@dataclass(frozen=True)
+class DenseOptions:
+    """Options of the ``dense`` first stage (and of the dense half of ``hybrid``)."""
+
+    encoder: str = dense_option("all-MiniLM-L6-v2", "sentence-transformers model name or local directory "
+                                "(default: the packaged all-MiniLM-L6-v2)")
+    pooling: str = dense_option("auto", "auto (the model's 1_Pooling/config.json, else mean) | mean | cls")
+    normalize: bool = dense_option(True, "L2-normalise the vectors (inner product = cosine)")
+    max_query_length: int = dense_option(64, "word pieces of a query, [CLS]/[SEP] included")
+    max_doc_length: int = dense_option(256, "word pieces of a document, [CLS]/[SEP] included (sentence-"
+                                       "transformers' max_seq_length of MiniLM)")
+    index_type: str = dense_option("flat", "flat (exact) | hnsw | ivf")
+    hnsw_m: int = dense_option(32, "hnsw: neighbours per graph node")
+    hnsw_ef_construction: int = dense_option(200, "hnsw: candidate list while building the graph")
+    ivf_nlist: int = dense_option(0, "ivf: lists (default 0: 4 x sqrt(documents), at most documents / 39)")
+    seed: int = dense_option(42, "ivf: seed of k-means")
+    # not part of the cache key
+    hnsw_ef_search: int = dense_option(256, "hnsw: candidate list while searching (at least k)", compare=False)
+    ivf_nprobe: int = dense_option(16, "ivf: lists visited per query", compare=False)
+    batch_size: int = dense_option(32, "texts per encoding batch", compare=False)
+    shard_size: int = dense_option(2048, "documents per resumable shard", compare=False)
+    device: str = dense_option("auto", "auto | cpu | cuda", compare=False)
+    threads: int | None = dense_option(None, "torch and faiss CPU threads (None: their defaults)", compare=False)
+    progress: bool = dense_option(True, "progress bars while encoding", compare=False, cli=False)
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise PipelineError(f"unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
+        if self.index_type not in INDEX_TYPES:
+            raise PipelineError(f"unknown index type {self.index_type!r}; expected one of {', '.join(INDEX_TYPES)}")
+        for name in ("max_query_length", "max_doc_length", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search",
+                     "ivf_nprobe", "batch_size", "shard_size"):
+            if getattr(self, name) < 1:
+                raise PipelineError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_query_length < 2 or self.max_doc_length < 2:
+            raise PipelineError("max_query_length and max_doc_length count [CLS] and [SEP]: at least 2")
+        if self.ivf_nlist < 0:
+            raise PipelineError(f"ivf_nlist must be >= 0 (0: automatic), got {self.ivf_nlist}")
+        if self.threads is not None and self.threads < 1:
+            raise PipelineError(f"threads must be at least 1 (or None), got {self.threads}")
+
+    def key_fields(self) -> dict:
+        """The fields that change the vectors or the index (those with ``compare=True``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare}
+
+
+def dense_index_root() -> Path:
+    """Where dense indexes live: ``PIPELINE_INDEX_DIR``, else ``<home>/indexes/cache/dense``."""
+    return index_root("dense")
+
+
+def _digest(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------------------------------- the encoder
+
+
+def encoder_identity(name: str) -> dict:
+    """What identifies encoder ``name`` in a cache key: the name for a hub id; for a local directory (the
+    packaged MiniLM included) the SHA-256 of its ``config.json`` and the sizes of its weight files, so a
+    directory whose model changes gets a new index while the same model at another path does not."""
+    from rerankers.encoders import _MINILM_NAMES, DEFAULT_ENCODER, resolve_encoder
+
+    location = Path(resolve_encoder(name))
+    label = DEFAULT_ENCODER if name.lower() in _MINILM_NAMES else name
+    if not location.is_dir():
+        return {"name": label}
+    config = location / "config.json"
+    weights = sorted(p for p in location.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
+    return {"name": label if name.lower() in _MINILM_NAMES else "directory",
+            "config_sha256": filecheck.file_sha256(config) if config.is_file() else None,
+            "weights": {p.name: p.stat().st_size for p in weights}}
+
+
+def resolve_pooling(options: DenseOptions) -> str:
+    """``mean`` or ``cls``: ``options.pooling``, or for ``auto`` what a sentence-transformers directory's
+    ``1_Pooling/config.json`` says (``pooling_mode_cls_token``), else ``mean``."""
+    if options.pooling != "auto":
+        return options.pooling
+    from rerankers.encoders import resolve_encoder
+
+    config = Path(resolve_encoder(options.encoder)) / "1_Pooling" / "config.json"
+    try:
+        pooling = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "mean"
+    return "cls" if pooling.get("pooling_mode_cls_token") and not pooling.get("pooling_mode_mean_tokens") else "mean"
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads is None:
+        return
+    import faiss
+    import torch
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+
+
+class TextEncoder:
+    """Pooled, optionally normalised vectors of texts (``encode(texts, max_length) -> [n, d] float32``)."""
+
+    def __init__(self, options: DenseOptions):
+        from pipeline.core.runtime import resolve_device
+        from rerankers.encoders import load_encoder
+
+        self.options = options
+        self.pooling = resolve_pooling(options)
+        self.device = resolve_device(options.device)
+        self.tokenizer, self.model = load_encoder(options.encoder)
+        self.model.to(self.device).eval()
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        # RoBERTa-style models reserve the first positions (padding_idx + 1 of them)
+        reserved = (getattr(self.model.config, "pad_token_id", None) or 0) + 1 if "roberta" in self.model.config.model_type else 0
+        self.position_limit = positions - reserved if positions else None
+        self.dim = int(self.model.config.hidden_size)
+
+    def limit(self, max_length: int) -> int:
+        """``max_length`` cut to what the model's positions hold."""
+        return min(max_length, self.position_limit) if self.position_limit else max_length
+
+    def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None) -> "np.ndarray":
+        """``[len(texts), dim]`` float32 vectors; batches are formed by token length (less padding)."""
+        import numpy as np
+        import torch
+
+        max_length = self.limit(max_length)
+        batch_size = batch_size or self.options.batch_size
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+        order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
+        result = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                batch = self.tokenizer([texts[i] for i in rows], truncation=True, max_length=max_length,
+                                       padding=True, return_tensors="pt")
+                ids, attention = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
+                states = self.model(input_ids=ids, attention_mask=attention).last_hidden_state.float()
+                if self.pooling == "cls":
+                    pooled = states[:, 0]
+                else:  # mean over real tokens, as the bi-encoder re-ranker (rerankers.bi_encoder) pools
+                    weights = attention.unsqueeze(-1).to(states.dtype)
+                    pooled = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+                if self.options.normalize:
+                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                result[rows] = pooled.cpu().numpy()
+        return result
+
+
+# ----------------------------------------------------------------------------------------- building
+
+
+def dense_index_path(dataset: Dataset, options: DenseOptions, root: Path | None = None) -> Path:
+    """The cache directory of ``dataset``'s dense index with ``options``."""
+    digest = _digest({"dataset": dataset.fingerprint, "options": options.key_fields(), "format": FORMAT,
+                      "pooling": resolve_pooling(options), "encoder": encoder_identity(options.encoder)})
+    return (Path(root) if root is not None else dense_index_root()) / (
+        f"{safe_name(dataset.name, fallback='dataset')}-dense-{digest}")
+
+
+def is_complete(path: Path) -> bool:
+    """True when ``path`` holds a finished dense index (its metadata file is written last)."""
+    return filecheck.is_complete(path, META_FILE)
+
+
+def index_metadata(path: Path) -> dict:
+    """The metadata a finished build wrote into ``path`` (an unreadable file is a damaged index)."""
+    return filecheck.read_metadata(path, META_FILE, "dense index", required=("files", "documents", "dim"))
+
+
+def verify_dense_index(path: Path) -> None:
+    """Raise :class:`~pipeline.core.errors.CorruptCacheError` unless the files at ``path`` are the ones its
+    build wrote (sizes always, SHA-256 when they changed since the last verification)."""
+    filecheck.check(path, index_metadata(path)["files"], VERIFIED_STAMP, "dense index")
+
+
+def index_size_bytes(path: Path) -> int:
+    """Bytes of the index on disk: the faiss file (vectors, and the graph or lists) and the document ids."""
+    return sum((Path(path) / name).stat().st_size for name in VERIFIED_FILES)
+
+
+def build_dense_index(dataset: Dataset, options: DenseOptions = DenseOptions(), root: Path | None = None,
+                      force: bool = False) -> Path:
+    """Build (or find in the cache) ``dataset``'s dense index; returns its directory.
+
+    Args:
+        dataset: the collection to index (its documents; queries are not used).
+        options: the encoder and the index (see :class:`DenseOptions`).
+        root: the cache root (default :func:`dense_index_root`).
+        force: re-encode every document and rebuild even when a finished index exists.
+
+    Returns:
+        The index directory, complete and verified when it was built.
+
+    Example:
+        >>> path = build_dense_index(load_dataset("cranfield"))  # doctest: +SKIP
+    """
+    path = dense_index_path(dataset, options, root)
+    if is_complete(path) and not force:
+        return path
+    with exclusive(path):  # one builder per entry; a second process waits, then finds it built
+        if is_complete(path) and not force:
+            return path
+        return _build(dataset, options, path, force)
+
+
+def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _build(dataset: Dataset, options: DenseOptions, path: Path, force: bool) -> Path:
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    _set_threads(options.threads)
+    encoder = TextEncoder(options)
+    shards = path.parent / f".{path.name}.shards"
+    manifest = {"index": path.name, "shard_size": options.shard_size, "format": FORMAT}
+    if shards.is_dir():
+        try:
+            previous = json.loads((shards / SHARD_MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        if force or previous != manifest:
+            shutil.rmtree(shards)
+    if not shards.is_dir():
+        shards.mkdir(parents=True)
+        with atomic_write(shards / SHARD_MANIFEST) as handle:
+            json.dump(manifest, handle)
+
+    total = len(dataset._store) if dataset._store is not None else None
+    shard_files, resumed = [], 0
+    with tqdm(total=total, desc=f"encoding {dataset.name} docs (dense)", unit="doc",
+              **progress_switch(options.progress)) as bar:
+        for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
+            shard = shards / f"shard-{number:05d}.npz"
+            ids = [doc.doc_id for doc in chunk]
+            if shard.is_file():
+                try:
+                    with np.load(shard, allow_pickle=False) as stored:
+                        same = stored["doc_ids"].tolist() == ids and stored["vectors"].shape == (len(ids), encoder.dim)
+                except (OSError, ValueError, KeyError):
+                    same = False
+                if same:
+                    shard_files.append(shard)
+                    resumed += 1
+                    bar.update(len(chunk))
+                    continue
+                log.warning("%s: documents changed since the interrupted build; re-encoding from here", shard)
+                for stale in shards.glob("shard-*.npz"):
+                    if int(stale.stem.split("-")[1]) >= number:
+                        stale.unlink()
+            vectors = encoder.encode([doc.text for doc in chunk], options.max_doc_length)
+            with atomic_write(shard, "wb") as handle:
+                np.savez(handle, doc_ids=np.array(ids, dtype=str), vectors=vectors)
+            shard_files.append(shard)
+            bar.update(len(chunk))
+    if not shard_files:
+        raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
+    if resumed:
+        log.info("resumed %s: %d of %d shards were already encoded", path.name, resumed, len(shard_files))
+
+    import faiss
+
+    with atomic_directory(path) as temp:
+        doc_ids, parts = [], []
+        for shard in shard_files:
+            with np.load(shard, allow_pickle=False) as stored:
+                doc_ids.extend(stored["doc_ids"].tolist())
+                parts.append(stored["vectors"])
+        if len(set(doc_ids)) != len(doc_ids):
+            raise PipelineError(f"dataset {dataset.name!r}: document ids are not unique")
+        vectors = np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+        index, nlist = _new_index(options, encoder.dim, vectors)
+        index.add(vectors)
+        faiss.write_index(index, str(temp / FAISS_FILE))
+        with atomic_write(temp / DOC_IDS_FILE) as handle:
+            json.dump(doc_ids, handle)
+        meta = {
+            "kind": "dense", "dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
+            "encoder": encoder_identity(options.encoder), "pooling": encoder.pooling, "dim": encoder.dim,
+            "options": options.key_fields(), "format": FORMAT, "documents": len(doc_ids),
+            **({"ivf_nlist": nlist} if nlist else {}),
+            "index_bytes": (temp / FAISS_FILE).stat().st_size, "files": filecheck.describe(temp, VERIFIED_FILES),
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        with atomic_write(temp / META_FILE) as handle:
+            json.dump(meta, handle, indent=1)
+    shutil.rmtree(shards, ignore_errors=True)
+    log.info("built %s: %d documents, %d dimensions", path, len(doc_ids), encoder.dim)
+    return path
+
+
+def _new_index(options: DenseOptions, dim: int, vectors):
+    """The empty (trained, for IVF) faiss index of ``options`` and its list count (0 unless IVF)."""
+    import faiss
+    import numpy as np
+
+    if options.index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = options.hnsw_ef_construction
+        return index, 0
+    if options.index_type == "ivf":
+        count = len(vectors)
+        # faiss wants >= 39 training points per list; fewer lists than that would be noise
+        nlist = options.ivf_nlist or max(1, min(int(4 * math.sqrt(count)), count // 39))
+        if nlist > count:
+            raise PipelineError(f"ivf_nlist {nlist} exceeds the {count} documents to index")
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        sample = vectors
+        if count > IVF_TRAIN_SAMPLE:
+            rows = np.sort(np.random.default_rng(options.seed).choice(count, IVF_TRAIN_SAMPLE, replace=False))
+            sample = np.ascontiguousarray(vectors[rows])
+        index.cp.seed = options.seed
+        index.train(sample)  # faiss's Python wrapper keeps the quantizer alive with the index
+        return index, nlist
+    return faiss.IndexFlatIP(dim), 0
+
+
+# ----------------------------------------------------------------------------------------- searching
+
+
+class DenseRetriever:
+    """Search a dense index built by :func:`build_dense_index` (``search(queries, k) -> Run``).
+
+    Args:
+        path: the index directory (verified before use).
+        options: the options it was built with (their encoder encodes the queries; search-time fields apply).
+
+    Example:
+        >>> retriever = DenseRetriever(build_dense_index(dataset), DenseOptions())  # doctest: +SKIP
+        >>> run = retriever.search(dataset.queries.values(), k=100)  # doctest: +SKIP
+    """
+
+    name = "dense"
+
+    def __init__(self, path: Path, options: DenseOptions = DenseOptions()):
+        import faiss
+
+        path = Path(path)
+        if not is_complete(path):
+            raise PipelineError(f"{path}: not a finished dense index (it is built by --first-stage dense)")
+        verify_dense_index(path)  # a damaged index is an error, never different rankings
+        self.path, self.options, self.meta = path, options, index_metadata(path)
+        _set_threads(options.threads)
+        self.encoder = TextEncoder(options)
+        if self.encoder.dim != self.meta["dim"] or self.encoder.pooling != self.meta.get("pooling"):
+            raise PipelineError(f"{path}: built with {self.meta['dim']}-dimensional {self.meta.get('pooling')} "
+                                f"vectors, but encoder {options.encoder!r} gives {self.encoder.dim}-dimensional "
+                                f"{self.encoder.pooling} ones")
+        try:
+            self.doc_ids: list[str] = json.loads((path / DOC_IDS_FILE).read_text(encoding="utf-8"))
+            self.index = faiss.read_index(str(path / FAISS_FILE))
+        except (OSError, ValueError, RuntimeError) as error:
+            raise filecheck.damaged(path, "dense index", f"cannot be read: {error}") from None
+        if self.index.ntotal != len(self.doc_ids):
+            raise filecheck.damaged(path, "dense index", f"{self.index.ntotal} vectors for {len(self.doc_ids)} ids")
+        if self.meta["options"].get("index_type") == "ivf":
+            faiss.extract_index_ivf(self.index).nprobe = options.ivf_nprobe
+        self.index_bytes = index_size_bytes(path)
+
+    def encode_queries(self, texts: Sequence[str]):
+        """``[len(texts), dim]`` float32 query vectors."""
+        return self.encoder.encode(texts, self.options.max_query_length)
+
+    def search_vectors(self, vectors, k: int):
+        """faiss's ``(scores, rows)`` of the ``k`` nearest documents of each vector (rows -1: none)."""
+        if hasattr(self.index, "hnsw"):
+            self.index.hnsw.efSearch = max(self.options.hnsw_ef_search, k)
+        return self.index.search(vectors, min(k, int(self.index.ntotal)))
+
+    def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
+        """Top-``k`` documents for every query by inner product (cosine with ``normalize``); score descending,
+        ties by doc id."""
+        from tqdm.auto import tqdm
+
+        queries = list(queries)
+        run: Run = {}
+        batch = self.options.batch_size
+        with tqdm(total=len(queries), desc="dense search", unit="query",
+                  **progress_switch(self.options.progress and len(queries) >= 64)) as bar:
+            for start in range(0, len(queries), batch):
+                chunk = queries[start : start + batch]
+                scores, rows = self.search_vectors(self.encode_queries([q.text for q in chunk]), k)
+                for query, row_scores, row_ids in zip(chunk, scores.tolist(), rows.tolist()):
+                    hits = sorted(((-s, self.doc_ids[r]) for s, r in zip(row_scores, row_ids) if r >= 0))
+                    run[query.query_id] = [ScoredDoc(query.query_id, doc_id, -negative) for negative, doc_id in hits]
+                bar.update(len(chunk))
+        return run
+
+    def close(self) -> None:
+        """Nothing to release (the index is in memory); for symmetry with BM25Retriever."""
+
+
+def dense_options(settings: BM25Settings) -> DenseOptions:
+    """``settings.dense`` (from ``--dense-set``), else the default :class:`DenseOptions`."""
+    options = getattr(settings, "dense", None)
+    if options is None:
+        return DenseOptions()
+    if not isinstance(options, DenseOptions):
+        raise PipelineError(f"settings.dense must be a DenseOptions, got {type(options).__name__}")
+    return options
+
+
+def dense_first_stage(dataset: Dataset, settings: BM25Settings) -> DenseRetriever:
+    """``dense``: the pooled encoder vectors of the documents in a faiss index, built on first use (no
+    training); options from ``settings.dense`` (:class:`DenseOptions`)."""
+    options = dense_options(settings)
+    return DenseRetriever(build_dense_index(dataset, options, settings.index_root), options)
