@@ -94,7 +94,7 @@ def build_index(
 
 
 def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -> Path:
-    from tqdm.auto import tqdm
+    from pipeline.core.progress import tqdm
 
     started = time.perf_counter()
     with atomic_directory(path) as temp:
@@ -189,7 +189,7 @@ class BM25Retriever:
 
     def search(self, queries: Iterable[Query], k: int = 1000, batch_size: int = 64) -> Run:
         """Top-``k`` documents for every query."""
-        from tqdm.auto import tqdm
+        from pipeline.core.progress import tqdm
 
         ArrayList = anserini_class("java.util.ArrayList")
         queries = list(queries)
@@ -325,7 +325,7 @@ def is_java_exception(error: BaseException) -> bool:
 def index_progress(folder: Path, description: str, interval: float = 0.5):
     """A progress bar of the bytes Lucene has written into ``folder`` while the ``with`` body runs (Anserini's
     indexing is one Java call that reports nothing to Python; the bytes written show that it moves)."""
-    from tqdm.auto import tqdm
+    from pipeline.core.progress import tqdm
 
     stop = threading.Event()
     bar = tqdm(desc=description, unit="B", unit_scale=True, leave=False)

@@ -92,9 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="one label per run, in the order of the runs (default: the file names, with as many "
                              "parent folders as tell apart runs of the same file name)")
     parser.add_argument("--baseline", help="run file (one of the runs) or its label, to test the others against")
-    parser.add_argument("--test", choices=["ttest", "wilcoxon"], default="ttest")
-    parser.add_argument("--correction", choices=["holm", "bonferroni", "none"], default="holm")
-    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--test", choices=["ttest", "wilcoxon"], default="ttest",
+                        help="paired significance test of each run against --baseline over the queries both "
+                             "are scored on: ttest (Student's paired t-test) or wilcoxon (signed-rank)")
+    parser.add_argument("--correction", choices=["holm", "bonferroni", "none"], default="holm",
+                        help="multiple-testing correction of each measure's p-values over the runs tested against "
+                             "the baseline: holm (Holm-Bonferroni), bonferroni, or none")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="significance level: a corrected p-value below it marks the difference as "
+                             "significant in the table")
     parser.add_argument("--output-dir", help="write <name>.md/.json/.png here (the figure: one panel per measure)")
     parser.add_argument("--name", default="evaluation", help="file stem of the report")
     parser.add_argument("--split", help="with --dataset: evaluate only this split's queries")

@@ -40,9 +40,68 @@ from .train import RUN_ONLY
 EXPORT_FLAGS = ("checkpoint", "output", "force")
 
 
+def _defines_export(module: str, class_name: str, seen: set | None = None) -> bool | None:
+    """Whether class ``class_name`` of ``module`` (or a base it imports from this project) defines
+    ``save_pretrained``, read from the source without importing it (importing would load torch); ``None``
+    when the source cannot tell (no source, a base from elsewhere)."""
+    import ast
+    import importlib.util
+
+    seen = seen if seen is not None else set()
+    if (module, class_name) in seen:
+        return None
+    seen.add((module, class_name))
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):  # unreadable here: importing it will tell (or fail clearly)
+        return None
+    imported = {alias.asname or alias.name: (importlib.util.resolve_name("." * node.level + (node.module or ""),
+                                                                         spec.parent), alias.name)
+                for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            if any(isinstance(item, ast.FunctionDef) and item.name == "save_pretrained" for item in node.body):
+                return True
+            for base in node.bases:
+                if not isinstance(base, ast.Name):
+                    continue
+                where = imported.get(base.id, (module, base.id))
+                if where[0].split(".")[0] in ("rerankers", "pipeline") and _defines_export(*where, seen):
+                    return True
+            return False
+    return None
+
+
+def exportable_names() -> list[str]:
+    """The registered re-rankers that export to a Hugging Face directory, found without importing torch
+    (from their sources; a plugin whose source does not tell is imported to find out)."""
+    from rerankers import REGISTRY
+
+    names = []
+    for name in REGISTRY.names():
+        target = REGISTRY._entries.get(name)
+        found = _defines_export(*target.split(":", 1)) if isinstance(target, str) else None
+        if found is None:
+            try:
+                found = callable(getattr(reranker_class(name), "save_pretrained", None))
+            except Exception:  # noqa: BLE001 - a plugin that cannot be imported cannot be exported either
+                found = False
+        if found:
+            names.append(name)
+    return names
+
+
 def build_export_parser() -> argparse.ArgumentParser:
-    """``pipeline.train``'s flags plus ``--checkpoint``, ``--output`` and ``--force``."""
+    """``pipeline.train``'s flags plus ``--checkpoint``, ``--output`` and ``--force``; ``--reranker`` lists
+    only the re-rankers that export."""
     parser = build_parser(prog="python -m pipeline.export", description=__doc__.split("\n\n")[0], exclude=RUN_ONLY)
+    for action in parser._actions:
+        if action.dest == "reranker":
+            action.help = (f"the transformer re-ranker to export: {', '.join(exportable_names())} (the others "
+                           "have no Hugging Face form; default: none, which needs --checkpoint)")
     group = parser.add_argument_group("export")
     group.add_argument("--checkpoint", default=None, metavar="PATH",
                        help="export this checkpoint file (takes no model or dataset flags)")

@@ -34,27 +34,36 @@ def minmax(hits: Sequence[ScoredDoc]) -> dict[str, float]:
     return {h.doc_id: (h.score - low) / span if span > 0 else 0.0 for h in hits}
 
 
+def weighted_sum(runs: Sequence[Sequence[ScoredDoc]], weights: Sequence[float], query_id: str) -> list[ScoredDoc]:
+    """One query's fusion of several rankings: ``sum_i weights[i] * minmax(runs[i])(d)`` over the union of
+    their documents, a document missing from a ranking counting 0 there (after its min-max), as ranx's
+    ``fuse(norm="min-max", method="wsum")``; ranked by the fused score."""
+    normalised = [minmax(hits) for hits in runs]
+    union = dict.fromkeys(doc_id for scores in normalised for doc_id in scores)
+    return ranked([ScoredDoc(query_id, doc_id, sum(w * scores.get(doc_id, 0.0) for w, scores in zip(weights, normalised)))
+                   for doc_id in union])
+
+
 def interpolate(first: Run, reranked: Run, weight: float | Mapping[str, float]) -> Run:
     """The interpolated run (see the module docstring), ranked by the new score.
 
-    ``weight`` is one number or a ``query_id -> weight`` mapping (one per fold). Both runs must hold the
-    same candidates for each query of ``reranked``; a query or document missing from either is a
-    :class:`PipelineError` naming it.
+    ``weight`` is one number or a ``query_id -> weight`` mapping (one per fold). Each query of ``reranked``
+    must be in ``first``; their candidates may differ: the union is ranked, a document missing from one run
+    scoring 0 there after the min-max (as ranx's ``fuse`` does), and the number of such documents is logged.
     """
     result: Run = {}
+    unmatched = 0
     for query_id, hits in reranked.items():
         if query_id not in first:
             raise PipelineError(f"interpolation: query {query_id!r} is re-ranked but not in the first-stage run")
         w = weight[query_id] if isinstance(weight, Mapping) else weight
         if not 0.0 <= w <= 1.0:
             raise ConfigError(f"interpolation weight must be in [0, 1], got {w} (query {query_id!r})")
-        base, model = minmax(first[query_id]), minmax(hits)
-        if base.keys() != model.keys():
-            missing = sorted(base.keys() ^ model.keys())[:3]
-            raise PipelineError(f"interpolation: query {query_id!r}: the runs hold different candidates "
-                                f"(e.g. {', '.join(missing)})")
-        scored = [ScoredDoc(query_id, doc_id, w * base[doc_id] + (1 - w) * model[doc_id]) for doc_id in model]
-        result[query_id] = ranked(scored)
+        unmatched += len({h.doc_id for h in first[query_id]} ^ {h.doc_id for h in hits})
+        result[query_id] = weighted_sum([first[query_id], hits], [w, 1 - w], query_id)
+    if unmatched:
+        log.info("interpolation: %d document(s) are in only one of the two runs; each scores 0 (after min-max) "
+                 "in the run that lacks it", unmatched)
     return result
 
 

@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Sequence
 
-from tqdm.auto import tqdm
+from pipeline.core.progress import tqdm
 
 from indexes import make_first_stage
 

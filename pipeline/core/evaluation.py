@@ -102,9 +102,27 @@ def read_measure_name(name: str) -> list | None:
     if "{k}" in name:
         raise ConfigError(f"bad measure {name!r}: {{k}} stands for the ranking depth and is replaced before parsing")
     if split_measure_name(name)[0] in ir_measures.measures.registry:
-        # the name is known, its parameters or cutoff are not: ir-measures' own message says what is wrong
-        raise ConfigError(f"bad measure {name!r}: {native_error}")
+        # the name is known, its parameters or cutoff are not: say so in the user's terms, not the parser's
+        raise ConfigError(malformed_measure(name, native_error))
     return None
+
+
+def malformed_measure(name: str, error: BaseException) -> str:
+    """The message for a known measure written wrongly (``P@1O``, ``AP(rel=x)``): what the cutoff or the
+    parameters must look like, with the corrected name when a letter only stands for a digit (O/o -> 0,
+    l/I -> 1), instead of ir-measures' parser text (kept for other shapes, after the expected form)."""
+    import ir_measures
+
+    head, rest = split_measure_name(name)
+    params = sorted(set(ir_measures.measures.registry[head].SUPPORTED_PARAMS) - {"cutoff"})
+    form = f"{head}, {head}@<cutoff> or {head}(<param>=<value>)@<cutoff>" + (
+        f" (params: {', '.join(params)})" if params else "")
+    cutoff = rest.rpartition("@")[2] if "@" in rest else None
+    if cutoff is not None and not re.fullmatch(r"\d+", cutoff):
+        fixed = cutoff.translate(str.maketrans("OoIl", "0011"))
+        hint = f"; did you mean {name[: len(name) - len(cutoff)] + fixed!r}?" if re.fullmatch(r"\d+", fixed) else ""
+        return f"bad measure {name!r}: the cutoff after '@' must be a whole number, got {cutoff!r}{hint} (expected {form})"
+    return f"bad measure {name!r}: expected {form} ({error})"
 
 
 def is_trec_name(name: str) -> bool:

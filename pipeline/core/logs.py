@@ -13,3 +13,6 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in PROJECT_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    from .progress import redirect_logging
+
+    redirect_logging()  # a log line printed while a progress bar is drawn goes above it, not into it

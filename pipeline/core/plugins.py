@@ -55,8 +55,9 @@ class Registry:
             return getattr(importlib.import_module(module), attribute)
         point = self._plugins().get(name)
         if point is None:
-            listed = ", ".join(known if known is not None else self.names())
-            raise ConfigError(f"unknown {self.kind} {name!r}; choose one of {listed}")
+            from .suggest import unknown_name
+
+            raise ConfigError(unknown_name(self.kind, name, list(known if known is not None else self.names())))
         try:
             return point.load()
         except Exception as error:  # a broken plugin must name itself, not crash somewhere inside it

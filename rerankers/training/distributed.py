@@ -14,6 +14,7 @@ Backend: NCCL with GPUs, gloo on CPU.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Sequence
 
 
@@ -66,6 +67,8 @@ def init_from_environment() -> bool:
 
 def shutdown() -> None:
     """Leave the process group (at the end of a command)."""
+    if "torch" not in sys.modules:  # nothing ran (e.g. --help): no group to leave, and torch stays unloaded
+        return
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -142,7 +142,7 @@ class Trainer:
         weights as an uninterrupted one. The file is deleted when the fit ends.
         """
         import torch
-        from tqdm.auto import tqdm
+        from pipeline.core.progress import tqdm
 
         config = self.config
         set_threads()

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Iterator
@@ -117,6 +118,33 @@ def load_ir_dataset(dataset_id: str, mirror: Path | None = None) -> Dataset:
         fingerprint=hashlib.sha1(f"irds:{dataset_id}:{ir_datasets.__version__}".encode()).hexdigest(),
         source=f"ir_datasets:{dataset_id}",
     )
+
+
+_FAILED_HOST = re.compile(r"host='([^']+)'")
+_FAILED_PATH = re.compile(r"url: (\S+?)(?: \(|$)")
+
+
+def failed_archive(error: BaseException) -> str | None:
+    """The URL of the archive a failed ir_datasets download was fetching (read from the error's text:
+    requests names the host and the path), or ``None`` when the error does not say."""
+    for candidate in (error, error.__cause__, error.__context__):
+        if candidate is None:
+            continue
+        text = str(candidate)
+        url = re.search(r"https?://\S+?(?=['\s)]|$)", text)
+        if url:
+            return url.group(0)
+        host, path = _FAILED_HOST.search(text), _FAILED_PATH.search(text)
+        if host and path:
+            return f"https://{host.group(1)}{path.group(1)}"
+    return None
+
+
+def ir_dataset_ids() -> list[str]:
+    """Every id ir_datasets registers (for did-you-mean hints; imports ir_datasets)."""
+    import ir_datasets
+
+    return list(ir_datasets.registry._registered)
 
 
 def is_download_failure(error: BaseException) -> bool:

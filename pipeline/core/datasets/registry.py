@@ -9,7 +9,6 @@ entry point; an ir_datasets id, falling back to the data root's copy of the same
 from __future__ import annotations
 
 import contextlib
-import difflib
 
 import logging
 import os
@@ -21,7 +20,8 @@ from ..plugins import Registry
 from .answer_selection import answer_selection_loader
 from .classic import vaswani_npl
 from .dataset import Dataset
-from .irds import ir_datasets_home, is_download_failure, load_ir_dataset
+from .. import suggest
+from .irds import failed_archive, ir_dataset_ids, ir_datasets_home, is_download_failure, load_ir_dataset
 from .local import load_local
 from .locations import data_root, mirror_dir
 from .microblog import MICROBLOG_YEARS, microblog_loader
@@ -129,9 +129,8 @@ def load_dataset(name: str, mirror: str | os.PathLike | None = None) -> Dataset:
     except DatasetNotFoundError:
         if name in IR_DATASETS_EQUIVALENTS:
             return _load_builtin(IR_DATASETS_EQUIVALENTS[name], requested=name)
-        names = [*known_datasets(), *MIRRORED_IR_DATASETS, *IR_DATASETS_EQUIVALENTS]
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        names = [*known_datasets(), *MIRRORED_IR_DATASETS, *IR_DATASETS_EQUIVALENTS, *ir_dataset_ids()]
+        hint = suggest.hint(name, names, cutoff=0.75)
         raise DatasetNotFoundError(
             f"unknown dataset {name!r}: {hint}not a directory, not a known name ({', '.join(known_datasets())}; "
             f"ir_datasets ids that work offline: {', '.join(MIRRORED_IR_DATASETS)}) and not an ir_datasets id"
@@ -143,10 +142,12 @@ def load_dataset(name: str, mirror: str | os.PathLike | None = None) -> Dataset:
             log.info("ir_datasets could not download %s; using the local copy %s from %s",
                         name, IR_DATASETS_EQUIVALENTS[name], data_root())
             return _load_builtin(IR_DATASETS_EQUIVALENTS[name], requested=name)
+        archive = failed_archive(error)
+        fetch = (f"fetch {archive} (elsewhere) and put {archive.rsplit('/', 1)[-1]} " if archive
+                 else "put the archive ir_datasets downloads ")
         raise DatasetNotFoundError(
-            f"ir_datasets could not download {name!r} and no offline copy was found: put the archive ir_datasets "
-            f"downloads into a mirror directory (PIPELINE_MIRROR or --mirror; searched: {mirror_path}) "
-            f"or into {ir_datasets_home()}"
+            f"ir_datasets could not download {name!r} and no offline copy was found: {fetch}into a mirror "
+            f"directory (PIPELINE_MIRROR or --mirror; searched: {mirror_path}) or into {ir_datasets_home()}"
         ) from None
 
 
