@@ -48,10 +48,10 @@ class Reranker(Protocol):
 #: built-in name -> "module:Class" (``none``, no re-ranking, is not an entry: the first stage's run is kept)
 BUILTIN: dict[str, str] = {
     "hcan": "rerankers.hcan:HCANReranker",
-    "knrm": "rerankers.baselines:KNRMReranker",
-    "conv-knrm": "rerankers.baselines:ConvKNRMReranker",
-    "drmm": "rerankers.baselines:DRMMReranker",
-    "matchpyramid": "rerankers.baselines:MatchPyramidReranker",
+    "knrm": "rerankers.knrm:KNRMReranker",
+    "conv-knrm": "rerankers.knrm:ConvKNRMReranker",
+    "drmm": "rerankers.drmm:DRMMReranker",
+    "matchpyramid": "rerankers.matchpyramid:MatchPyramidReranker",
     "mvlstm": "rerankers.mvlstm:MVLSTMReranker",
     "amvlstm": "rerankers.mvlstm:AMVLSTMReranker",
     "iasm": "rerankers.iasm:IASMReranker",

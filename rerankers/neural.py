@@ -37,6 +37,16 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 
+#: the classic baselines' training defaults (KNRM, Conv-KNRM, DRMM, MatchPyramid): pairwise hinge loss
+#: (margin 1) with Adam; ``batch_size`` counts scored documents, so 64 is 32 (positive, negative) pairs per step
+PAIRWISE_DEFAULTS = {"loss": "hinge", "margin": 1.0, "epochs": 10, "batch_size": 64, "learning_rate": 1e-3}
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise ``ValueError(message)`` unless ``condition`` (a model config's checks)."""
+    if not condition:
+        raise ValueError(message)
+
 
 @dataclass
 class TextConfig:

@@ -1,4 +1,4 @@
-"""Tests for rerankers.baselines (KNRM, Conv-KNRM, DRMM, MatchPyramid) and blocks.masked_dynamic_max_pool2d."""
+"""Tests for the classic baselines (rerankers.knrm: KNRM, Conv-KNRM; rerankers.drmm; rerankers.matchpyramid) and blocks.masked_dynamic_max_pool2d."""
 
 import importlib
 import math
@@ -9,20 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.core.errors import CheckpointError
-from rerankers.baselines import (
-    ConvKNRMConfig,
-    ConvKNRMModel,
-    ConvKNRMReranker,
-    DRMMConfig,
-    DRMMModel,
-    DRMMReranker,
-    KNRMConfig,
-    KNRMModel,
-    KNRMReranker,
-    MatchPyramidConfig,
-    MatchPyramidModel,
-    MatchPyramidReranker,
-)
+from rerankers.drmm import DRMMConfig, DRMMModel, DRMMReranker
+from rerankers.knrm import ConvKNRMConfig, ConvKNRMModel, ConvKNRMReranker, KNRMConfig, KNRMModel, KNRMReranker
+from rerankers.matchpyramid import MatchPyramidConfig, MatchPyramidModel, MatchPyramidReranker
 from rerankers.blocks import cosine_matrix, gaussian_kernel_pooling, masked_dynamic_max_pool2d, matching_histogram
 from rerankers.neural import WordReranker
 from tests.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
@@ -31,10 +20,10 @@ VOCAB, EMBED = 40, 12
 
 #: what the lead registers in rerankers/__init__.py
 TARGETS = {
-    "knrm": "rerankers.baselines:KNRMReranker",
-    "conv-knrm": "rerankers.baselines:ConvKNRMReranker",
-    "drmm": "rerankers.baselines:DRMMReranker",
-    "matchpyramid": "rerankers.baselines:MatchPyramidReranker",
+    "knrm": "rerankers.knrm:KNRMReranker",
+    "conv-knrm": "rerankers.knrm:ConvKNRMReranker",
+    "drmm": "rerankers.drmm:DRMMReranker",
+    "matchpyramid": "rerankers.matchpyramid:MatchPyramidReranker",
 }
 
 

@@ -21,7 +21,7 @@ from pipeline import pyterrier as ptx  # noqa: E402
 from pipeline.core.errors import ConfigError, PipelineError  # noqa: E402
 from pipeline.core.evaluation import evaluate  # noqa: E402
 from pipeline.core.records import Query, ScoredDoc  # noqa: E402
-from rerankers.baselines import KNRMReranker  # noqa: E402
+from rerankers.knrm import KNRMReranker  # noqa: E402
 
 WORDS = [f"w{n}" for n in range(30)]
 SETTINGS = {"epochs": 2, "learning_rate": 1e-2, "negatives": 2, "max_doc_length": 16}
