@@ -393,6 +393,100 @@ def test_search_agrees_with_brute_force_maxsim(built, dataset, kind):
 
 
 @pytest.mark.parametrize("kind", ["codes", "colbert"])
+def test_pruned_search_keeps_candidates_only_and_is_exact_when_deep_enough(built, dataset, kind):
+    queries = list(dataset.queries.values())
+    exact = CodeRetriever(built[kind], k_prime=8, rescore_depth=0)
+    assert CodeRetriever(built[kind], k_prime=8, rescore_depth=64).search(queries, 10) == exact.search(queries, 10)
+    for vectors in exact.encode_queries([q.text for q in queries]):
+        candidates = exact.candidates(vectors)
+        assert 8 < len(candidates) < 64                                      # something to prune
+        assert np.array_equal(exact.pruned_candidates(vectors, 0), candidates)
+        kept_before = set()
+        for depth in (1, 2, 4, 8, len(candidates), len(candidates) + 5):
+            kept = exact.pruned_candidates(vectors, depth)
+            assert len(kept) == min(depth, len(candidates)) and set(kept) <= set(candidates.tolist())
+            assert kept_before <= set(kept.tolist())                          # a deeper cut keeps the shallower one
+            kept_before = set(kept.tolist())
+    # a shallow cut (max(depth, k) = 3 documents scored) returns k documents with their exact scores
+    shallow = CodeRetriever(built[kind], k_prime=8, rescore_depth=2).search(queries, 3)
+    full = exact.search(queries, 64)
+    for query_id, hits in shallow.items():
+        scores = {h.doc_id: h.score for h in full[query_id]}
+        assert len(hits) == 3 and all(abs(scores[h.doc_id] - h.score) < 1e-5 for h in hits)
+    with pytest.raises(PipelineError, match="rescore_depth must be >= 0"):
+        CodeRetriever(built[kind], rescore_depth=-1)
+    with pytest.raises(PipelineError, match="rescore_depth must be >= 0"):
+        CodeOptions(rescore_depth=-1)
+
+
+def test_approximate_scores_by_hand(built):
+    retriever = CodeRetriever(built["codes"])  # 6 vectors per document: rows 0-5 are document 0, 6-11 document 1
+    labels = np.array([[0, 6, 13, 1], [7, 1, -1, -1]])
+    sims = np.array([[.9, .5, .4, .3], [.8, .7, 0, 0]], dtype=np.float32)
+    docs, scores = retriever.approximate_scores(labels, sims)
+    # token 0's floor is .3 (its k'-th neighbour), token 1's .7 (its last valid one); document 2 was not
+    # retrieved by token 1 and gets that floor; document 0's two rows for token 0 count once, the best
+    assert docs.tolist() == [0, 1, 2]
+    assert np.allclose(scores, [.9 + .7, .5 + .8, .4 + .7])
+    assert [len(x) for x in retriever.approximate_scores(np.full((2, 3), -1), np.zeros((2, 3)))] == [0, 0]
+    # the binary kNN similarity is the cosine of the query's sign pattern and the code
+    q = retriever.encode_queries(["apple river"])[0]
+    labels, sims = retriever.neighbours(q)
+    signs = np.where(q >= 0, 1.0, -1.0)
+    stored = unpack_codes(retriever.vectors[labels[0]], 16)
+    assert np.allclose(sims[0], stored @ signs[0] / 16)
+
+
+def test_storage_layout_each_code_once_and_ids_memory_mapped(built, dataset):
+    path = built["codes"]
+    meta = index_metadata(path)
+    assert meta["format"] == codes.INDEX_FORMAT and sorted(meta["files"]) == sorted(codes.VERIFIED_FILES)
+    size = {name: (path / name).stat().st_size for name in meta["files"]}
+    ids = [d.doc_id for d in dataset.docs_iter()]
+
+    def npy_header(name):  # the bytes of an .npy file beyond its array
+        return size[name] - np.load(path / name, mmap_mode="r").nbytes
+
+    assert np.load(path / codes.DOC_OFFSETS_FILE).tolist() == list(range(0, 6 * 65, 6))
+    assert size[codes.DOC_OFFSETS_FILE] - npy_header(codes.DOC_OFFSETS_FILE) == 8 * 65
+    assert size[codes.DOC_ID_BYTES_FILE] - npy_header(codes.DOC_ID_BYTES_FILE) == sum(len(i.encode()) for i in ids)
+    assert all(npy_header(name) <= 128 for name in meta["files"] if name.endswith(".npy"))
+    assert 0 < size[codes.FAISS_FILE] - meta["vectors"] * 16 // 8 < 100   # the codes (2 bytes each) and a header
+    assert codes.storage_bytes(path) == sum(size.values())
+    retriever = CodeRetriever(path)
+    assert isinstance(retriever.doc_ids.data, np.memmap) and isinstance(retriever.doc_ids.offsets, np.memmap)
+    assert list(retriever.doc_ids) == ids and retriever.doc_ids[-1] == ids[-1] and retriever.doc_ids[2:4] == ids[2:4]
+    with pytest.raises(IndexError):
+        retriever.doc_ids[64]
+    assert retriever.docs_of(np.array([0, 5, 6, 383])).tolist() == [0, 0, 1, 63]
+
+
+def test_format_1_indexes_are_still_read_and_newer_formats_refused(built, dataset, tmp_path):
+    from pipeline.core.filecheck import describe
+
+    old = tmp_path / "format-1"
+    shutil.copytree(built["codes"], old)
+    meta = json.loads((old / codes.META_FILE).read_text())
+    ids = list(codes.DocIds.open(old, meta))
+    offsets = np.load(old / codes.DOC_OFFSETS_FILE)
+    np.save(old / codes.TOKEN_DOCS_FILE, np.repeat(np.arange(len(ids), dtype=np.int32), np.diff(offsets)))
+    (old / codes.DOC_IDS_FILE).write_text(json.dumps(ids))
+    for name in codes.VERIFIED_FILES[1:]:
+        (old / name).unlink()
+    (old / codes.VERIFIED_STAMP).unlink(missing_ok=True)
+    del meta["format"]
+    meta["files"] = describe(old, codes.build.FORMAT_1_FILES)
+    (old / codes.META_FILE).write_text(json.dumps(meta))
+    queries = list(dataset.queries.values())
+    assert CodeRetriever(old).search(queries, 5) == CodeRetriever(built["codes"]).search(queries, 5)
+    assert codes.storage_bytes(old) == sum((old / name).stat().st_size for name in codes.build.FORMAT_1_FILES)
+    meta["format"] = 99
+    (old / codes.META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(PipelineError, match="format 99, this version reads formats 1 and 2; rebuild"):
+        CodeRetriever(old)
+
+
+@pytest.mark.parametrize("kind", ["codes", "colbert"])
 def test_index_holds_the_models_document_vectors(built, dataset, kind):
     retriever = CodeRetriever(built[kind])
     docs = list(dataset.docs_iter())[:5]
