@@ -12,17 +12,19 @@ into place when complete, so an interrupted build leaves nothing that looks like
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
-from pipeline.core.atomic import atomic_directory, atomic_write
+from pipeline.core.atomic import atomic_directory, atomic_write, remove_stale_temps
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core import filecheck
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 STEMMERS = ("porter", "krovetz", "none")
 META_FILE = "pipeline-index.json"
+#: a build that fails its check with less free space than this beside it ran out of disk (Anserini only logs it)
+LOW_DISK_BYTES = 64 << 20
 
 
 def index_root() -> Path:
@@ -85,6 +89,7 @@ def build_index(
     and raw text. Returns the index directory. The index is verified before it is cached
     (:mod:`indexes.lucene_check`), and one process at a time builds it."""
     path = index_path(dataset, options, root)
+    remove_stale_temps(path)  # what a builder killed with SIGKILL left (its process is gone)
     if is_complete(path) and not force:
         return path
     with exclusive(path):  # one builder per index; a second process waits, then finds it built
@@ -125,6 +130,11 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
         try:  # Anserini logs some failures (a full disk) and returns: check what it wrote before caching it
             verify_index(temp, searchable)
         except CorruptCacheError as error:
+            free = shutil.disk_usage(temp).free
+            if free < LOW_DISK_BYTES:  # a fault of the machine (exit 1), not of the input
+                raise OSError(errno.ENOSPC, f"no space left on the device ({free} bytes free) while Anserini wrote "
+                                            f"the index of {dataset.name!r} ({error.reason}); nothing was cached",
+                              str(path)) from None
             raise PipelineError(f"Anserini did not write a whole index of {dataset.name!r}: "
                                 f"{error.reason}; nothing was cached "
                                 f"(see Anserini's log above, e.g. for 'No space left on device')") from None

@@ -86,6 +86,10 @@ def build(args: argparse.Namespace) -> int:
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a fault of the machine (disk full, unwritable cache): the index is whole or absent
+        where = f" {error.filename}" if error.filename else ""
+        print(f"error: cannot write{where}: {error.strerror or error}", file=sys.stderr)
+        return 1
     if not distributed.is_main():
         return 0
     meta = code_metadata(path)

@@ -30,6 +30,7 @@ download the Terrier jar from Maven on first use and so do not work offline; not
 """
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -44,6 +45,8 @@ from .core.runtime import seed_everything, set_threads
 from .model_cache import obtain_reranker
 from .resolve import check_scoring_arithmetic, model_options
 from .stages import rerank, set_scoring_arithmetic
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # only for annotations: pandas comes with PyTerrier, which is optional
     import pandas as pd
@@ -112,6 +115,20 @@ def _with_ranks(frame: "pd.DataFrame", scores: Sequence[float]) -> "pd.DataFrame
     return out.drop(columns=[order, "__docno"]).reset_index(drop=True)
 
 
+def _without_duplicate_docs(frame: "pd.DataFrame", transformer: str) -> "pd.DataFrame":
+    """``frame`` without the later rows of a ``docno`` that appears twice for one ``qid`` (a ranking holds a
+    document once; scoring it twice would put it twice in the output), with a warning naming them."""
+    keys = _pandas().DataFrame({"qid": frame["qid"].astype(str), "docno": frame["docno"].astype(str)})
+    repeated = keys.duplicated(keep="first")
+    if not repeated.any():
+        return frame
+    first = keys[repeated].iloc[0]
+    log.warning("%s: %d rows repeat a docno already given for their query (e.g. query %r, docno %r): each "
+                "document is scored once, the repeated rows are dropped", transformer, int(repeated.sum()),
+                first["qid"], first["docno"])
+    return frame[~repeated.to_numpy()]
+
+
 # ------------------------------------------------------------------------------- transformer logic
 # The behaviour of each transformer lives in a plain class here; the public class (same name without the
 # underscore) is this class combined with ``pt.Transformer``, made when first used (see ``__getattr__``), so
@@ -151,6 +168,7 @@ class _RerankerTransformer:
         self._check(inp.columns)
         if len(inp) == 0:
             return _with_ranks(inp, [])
+        inp = _without_duplicate_docs(inp, repr(self))
         queries: dict[str, Query] = {}
         docs: dict[str, Doc] = {}
         first: dict[str, list[ScoredDoc]] = {}

@@ -337,6 +337,9 @@ def read_qrels(path: str | os.PathLike) -> list[Qrel]:
             )
         seen[key] = number
         qrels.append(Qrel(query_id, doc_id, int(relevance), iteration))
+    if not qrels:  # an empty file would give a run with no evaluation and no word about it
+        raise DataFormatError(path, None, "no judgments in the file (it is empty or holds only a header); expected "
+                                          "lines 'query_id iteration doc_id relevance'")
     return qrels
 
 

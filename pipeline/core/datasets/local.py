@@ -45,7 +45,9 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
     name = name or root.name
     manifest = root / MANIFEST
     if manifest.is_file():
+        confined_path(root, manifest, "the manifest itself", MANIFEST)
         return _from_manifest(root, manifest, name)
+    refuse_links_out(root)
     if (root / "a.toks").is_file():
         return pair_dataset(name, {root.name: root})
     subfolders = sorted(p for p in root.iterdir() if (p / "a.toks").is_file())
@@ -74,6 +76,24 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
             f"docs {[p.name for p in docs]}); add a {MANIFEST} manifest (see pipeline.core.datasets.load_local)"
         )
     return trec_dataset(name, topics[0], qrels[0] if qrels else None, docs, source=str(root))
+
+
+def refuse_links_out(root: Path) -> None:
+    """Refuse a dataset directory (read without a manifest) holding a symbolic link out of it.
+
+    Its files are found by name, so a link ``topics.tsv -> /etc/passwd`` would be read, and a parse error
+    would quote the outside file's first line. The error names the link, never the file it leads to.
+
+    Raises:
+        DataFormatError: naming the first such link.
+    """
+    resolved = root.resolve()
+    for folder, folders, files in os.walk(root):
+        for entry in sorted([*folders, *files]):
+            path = Path(folder) / entry
+            if path.is_symlink() and not path.resolve().is_relative_to(resolved):
+                raise DataFormatError(path, None, f"a symbolic link out of the dataset directory {root}: the files "
+                                                  f"of a dataset must be inside it (copy the file in)")
 
 
 def _wikiqa_splits(root: Path) -> dict[str, Path]:

@@ -3,6 +3,7 @@ TrecQA and HCAN's Microblog candidates ship in, and WikiQA's own TSV files (what
 a :class:`~pipeline.core.datasets.dataset.Dataset`."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,10 +113,12 @@ def read_pair_folder(folder: str | os.PathLike, split: str = "", qid_prefix: str
                 score = float(parts[4])
             except ValueError:
                 raise DataFormatError(ids, number, f"score {parts[4]!r} is not a number") from None
+            if not math.isfinite(score):
+                raise DataFormatError(ids, number, f"score {parts[4]!r} is not a finite number")
         label_text = label_text.strip()
         try:
             label = int(float(label_text))
-        except ValueError:
+        except (ValueError, OverflowError):  # int(float("inf")) overflows
             raise DataFormatError(folder / "sim.txt", number, f"label {label_text!r} is not a number; expected 0 or 1") from None
         rows.append(_Row(number, qid_prefix + qid, docid, query_text, doc_text, label, score))
     # only the short layouts number candidates per question; TrecQA's and Microblog's doc ids are global
@@ -125,10 +128,9 @@ def read_pair_folder(folder: str | os.PathLike, split: str = "", qid_prefix: str
 
 def _is_number(text: str) -> bool:
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 def _local_doc_ids(rows: list[_Row]) -> bool:
@@ -200,7 +202,7 @@ def read_wikiqa_tsv(path: str | os.PathLike, split: str = "", qid_prefix: str = 
         record = dict(zip(WIKIQA_COLUMNS, columns))
         try:
             label = int(float(record["Label"]))
-        except ValueError:
+        except (ValueError, OverflowError):  # int(float("inf")) overflows
             raise DataFormatError(path, number, f"label {record['Label']!r} is not a number; expected 0 or 1") from None
         docid = check_id(path, number, "doc", record["SentenceID"].strip())
         rows.append(_Row(number, qid_prefix + record["QuestionID"].strip(), docid, record["Question"],
