@@ -2,7 +2,9 @@
 keep the runs of different settings apart, so that one setting never overwrites another's run: the first
 stage's options when not the defaults (``-stem.none``, ``-k1.1.2-b.0.75``, ``-fb20x10w0.5``,
 ``-codes.<hash>``), the training options (``-seed1``, ``-3fold``, ``-set.<hash>`` for ``--set``/``--config``),
-and ``-alone``, ``-interp<W>``, ``-top<D>``, ``-int8``. A ``run:PATH`` first stage is named after the file."""
+``-model.<name>.<hash>`` for ``--model`` (its file or folder name, or hub id, and a hash of where it is, so two
+models never share a run), and ``-alone``, ``-interp<W>``, ``-top<D>``, ``-int8``. A ``run:PATH`` first stage is
+named after the file."""
 from __future__ import annotations
 
 import hashlib
@@ -64,6 +66,27 @@ def training_label(config: RunConfig) -> str:
     return "-".join(parts)
 
 
+def model_label(model: str) -> str:
+    """The ``--model`` part of a run name: ``model.<name>.<hash>``, the name being the checkpoint's file stem,
+    the model folder's name or the hub id's last part, and the hash (6 hex digits) that of the resolved path
+    (or of the id, for a name that is no path), so that two models of the same file name in different folders
+    still write different runs.
+
+    Example:
+        >>> model_label("models/a/model.pt").startswith("model.model.")
+        True
+    """
+    location = Path(model).expanduser()
+    if location.exists():
+        identity = str(location.resolve())
+        stem = location.resolve().stem if location.is_file() else location.resolve().name
+    else:  # a hub id or a name the re-ranker resolves (all-MiniLM-L6-v2)
+        identity = model
+        stem = model.rstrip("/").rsplit("/", 1)[-1]
+    stem = safe_name(stem, keep=RUN_NAME_CHARACTERS)[:40] or "model"
+    return f"model.{stem}.{hashlib.sha1(identity.encode()).hexdigest()[:6]}"
+
+
 def default_run_name(dataset: str, first_stage: str, reranker: str, split: str | None) -> str:
     """``<dataset>[-<split>]-<first stage>[-<reranker>]`` with file-name-safe characters."""
     parts = [dataset, split, first_stage_label(None, first_stage), None if reranker == "none" else reranker]
@@ -84,6 +107,8 @@ def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | No
     name = config.name or default_run_name(dataset, first_stage_label(config, first_stage), config.reranker, split)
     if not given and config.reranking and training_label(config):
         name += "-" + training_label(config)
+    if not given and config.reranking and config.model:
+        name += "-" + model_label(config.model)
     if not given:
         name += "-int8" if config.int8 else "-bf16" if config.bf16 else ""
     if not config.reranking:
