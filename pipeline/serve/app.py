@@ -123,6 +123,10 @@ class BodyLimits:
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     break
+        except asyncio.CancelledError:
+            # the shutdown deadline passed while this body was still coming: say so rather than a bare 500
+            await self._refuse(scope, receive, send, 503, "the service is shutting down")
+            return
         except TimeoutError:
             announced = f" of {int(length)}" if length is not None and length.isdigit() else ""
             await self._refuse(scope, receive, send, 408, f"the body did not arrive within {self.body_timeout:g} s "
@@ -164,6 +168,9 @@ async def _answer(state: ServiceState, request: Request, action: Callable[[Reran
             payload = decode_json(await request.body())
         service = state.require()
         return JSONAnswer(await action(service, payload))
+    except asyncio.CancelledError:
+        # cancelled by the server's shutdown deadline: the client is told, the connection closed
+        return error_answer(503, "the service stopped before this request was answered", headers={"Connection": "close"})
     except Exception as error:  # noqa: BLE001 - answered below, never a traceback out of the route
         return _failure(error, request, api(payload) if callable(api) else api)
 

@@ -263,16 +263,36 @@ def serve(options: argparse.Namespace, announce: Callable[[str], None] = print) 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point.
 
+    Args:
+        argv: the arguments (``None``: the process's command line, and then the process ends here).
+
     Returns:
         0; a bad option or an unloadable model prints ``error: ...`` (one line) and gives 2; Ctrl-C and
         ``kill`` stop the service cleanly (130 / 143).
     """
     configure_logging()
     keep_freed_memory()
+    code = 0
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             serve(build_parser().parse_args(argv), lambda line: print(line, flush=True))
     except PipelineError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    return 0
+        code = 2
+    except SystemExit as stop:  # exit_cleanly's 130 / 143
+        if argv is not None:
+            raise
+        code = stop.code if isinstance(stop.code, int) else 1
+    if argv is None:
+        _end_process(code)
+    return code
+
+
+def _end_process(code: int) -> None:
+    """End the command now that the service has stopped: the interpreter's own teardown (collecting torch's,
+    transformers' and the JVM bridge's objects) takes seconds on a busy machine and would stretch the bound
+    that --shutdown-timeout promises; nothing is left to clean up by then."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

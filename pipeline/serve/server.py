@@ -3,6 +3,7 @@ bound before the model loads, with a deadline for every wait: idle keep-alive co
 request bodies, and the shutdown itself."""
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import socket
@@ -50,6 +51,20 @@ class Limits:
 #: seconds beyond ``shutdown_timeout`` that stopping may take: the scoring worker's last batch, the server
 #: thread's exit
 STOP_MARGIN_S = 5.0
+
+
+class _QuietCancellation(logging.Filter):
+    """Drops uvicorn's traceback of a request task cancelled at the shutdown deadline: uvicorn has already
+    said ``Cancel N running task(s), timeout graceful shutdown exceeded``, and the cancellation is the
+    deadline working, not a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 - logging's interface
+        """Keep every record but a cancelled task's traceback."""
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, asyncio.CancelledError)
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietCancellation())
 
 
 class HeaderTimeoutProtocol(H11Protocol):

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import serve
 from pipeline.core.records import ScoredDoc
-from rerankers.baselines import KNRMReranker
+from rerankers.knrm import KNRMReranker
 from tests.helpers import fit_on_tiny_dataset
 
 WORDS = [f"w{i}" for i in range(40)]

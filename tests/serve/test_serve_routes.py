@@ -23,7 +23,7 @@ import torch
 from pipeline import serve
 from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.core.records import Doc, Query
-from rerankers.baselines import KNRMReranker
+from rerankers.knrm import KNRMReranker
 from tests.conftest import PYTHON, REPO, subprocess_env
 from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
 from tests.serve.support import (WORDS, Counting, Overlap, call, query_items, rerank_body, same_scores, start,
