@@ -1,0 +1,424 @@
+"""Beyond the zero-shot bi-encoder: the safe combination measured, and ``benchmarks/results/beyond-zero-shot.json``.
+
+Two commands::
+
+    # re-measure one (collection, re-ranker) under the old and the safe --interpolate auto, 3 seeds
+    python benchmarks/beyond_zero_shot.py measure --dataset cranfield --reranker bi-encoder \\
+        --model all-MiniLM-L6-v2 --seeds 1 2 3 --threads 1 \\
+        --output benchmarks/results/cranfield/bi-encoder-zero-shot-safe.json
+
+    # rebuild the summary from the result files (tests/test_safe_combination.py fails when it is stale)
+    python benchmarks/beyond_zero_shot.py build
+
+``measure`` scores every query a rule needs once per seed (a zero-shot model once for all seeds), then applies,
+fold by fold, the old rule (:func:`pipeline.fusion.tune_weight` on the dev queries: the best weight, whatever
+its gain) and the safe rule of ``--interpolate auto`` (:func:`pipeline.fusion.choose_weight` on the fold's
+tuning queries: the tuned weight only when its cross-validated gain over the first stage is significant,
+else the first stage), and evaluates both on the test queries exactly as ``reproduce.py`` does (paired
+t-test against the first stage, Holm-corrected over the rows alone / combined). Its JSON has
+``reproduce.py``'s layout (``first_stage``, ``results`` with per-seed values and p-values) plus every fold's
+weights and the safe rule's evidence.
+
+``build`` reads only result files: nothing in ``beyond-zero-shot.json`` is computed from anything else, and a
+number no file holds is ``null`` with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SUMMARY = RESULTS / "beyond-zero-shot.json"
+SIGNIFICANCE = 0.05
+
+
+# ----------------------------------------------------------------------------------------------- measure
+
+def measure(args: argparse.Namespace) -> dict:
+    """Old and safe combination of one re-ranker on one collection over ``args.seeds``: the result dict."""
+    import torch
+
+    from pipeline import fusion
+    from pipeline.config import RunConfig
+    from pipeline.core import evaluation
+    from pipeline.core.datasets import load_dataset
+    from pipeline.core.runtime import seed_everything
+    from pipeline.model_cache import trained_reranker
+    from pipeline.plan import plan_run
+    from pipeline.stages import rerank, retrieve
+
+    if args.threads:
+        os.environ["PIPELINE_THREADS"] = str(args.threads)
+        torch.set_num_threads(args.threads)
+    started = time.time()
+    dataset = load_dataset(args.dataset)
+    given = bool(args.model)
+    label = args.label or args.reranker
+    rows = {"alone": label, "old": f"{label}+interp", "safe": f"{label}+safe"}
+    if given:
+        rows["safe-dev"] = f"{label}+safe-dev-only"
+    results: dict[str, dict] = {name: {"seeds": []} for name in rows.values()}
+    folds_out: dict[str, list] = {}
+    per_query: dict[str, dict] = {}
+    baseline: dict[str, float] = {}
+    zero_shot_scores: dict = {}   # a given model scores a query the same in every seed and fold
+    cache = Path(args.score_cache) if getattr(args, "score_cache", None) else None
+    if given and cache is not None and cache.is_file():
+        from pipeline.core.records import ScoredDoc
+
+        zero_shot_scores = {q: [ScoredDoc(q, d, s) for d, s in hits] for q, hits in
+                            json.loads(cache.read_text()).items()}
+    model = None
+    for seed in args.seeds:
+        seed_everything(seed)
+        config = RunConfig(dataset=args.dataset, split=args.split, reranker=args.reranker, seed=seed,
+                           model=args.model, interpolate="auto", metrics=args.metrics, threads=args.threads,
+                           overrides=tuple(args.set), k=args.k or None)
+        plan = plan_run(config, dataset)
+        k = plan.depth or plan.k
+        needed = {q for fold in plan.folds for q in (*fold.test, *fold.dev, *(fold.train if given else ()))}
+        first = retrieve(dataset, plan.first_stage, k, [dataset.queries[q] for q in sorted(needed)], plan.settings)
+        if given:
+            model = model or plan.reranker_class.load(args.model)
+            missing = {q: first[q] for q in first if q not in zero_shot_scores}
+            if missing:
+                zero_shot_scores.update(rerank(model, dataset, missing))
+                if cache is not None:
+                    write_json(cache, {q: [[h.doc_id, h.score] for h in hits] for q, hits in zero_shot_scores.items()})
+
+            def scored(fold, queries):
+                return {q: zero_shot_scores[q] for q in queries}
+        else:
+            reranker = trained_reranker(plan.training, dataset)
+
+            def scored(fold, queries):
+                fold_model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
+                return rerank(fold_model, dataset, {q: first[q] for q in queries})
+        weights = {name: {} for name in rows if name != "alone"}
+        alone: dict = {}
+        seed_folds = []
+        for fold in plan.folds:
+            test = scored(fold, fold.test)
+            alone.update(test)
+            dev = scored(fold, fold.dev)
+            old, _ = fusion.tune_weight({q: first[q] for q in fold.dev}, dev, dataset.qrels, plan.main_metric)
+            tuning = fusion.tuning_queries(fold, given)
+            tuned_scores = dev if not given else scored(fold, tuning)
+            safe = fusion.choose_weight({q: first[q] for q in tuning}, tuned_scores, dataset.qrels, plan.main_metric)
+            entry = {"fold": fold.name, "test_queries": len(fold.test), "dev_queries": len(fold.dev),
+                     "old_weight": old, "safe": {"weight": safe.weight, "tuned": safe.tuned,
+                                                 "tuning_queries": safe.queries,
+                                                 "held_out_gain": round(safe.held_out_gain, 6),
+                                                 "p_one_sided": safe.p_value}}
+            choice = {"old": old, "safe": safe.weight}
+            if given:
+                on_dev = fusion.choose_weight({q: first[q] for q in fold.dev}, dev, dataset.qrels, plan.main_metric)
+                entry["safe_dev_only"] = {"weight": on_dev.weight, "tuned": on_dev.tuned,
+                                          "tuning_queries": on_dev.queries,
+                                          "held_out_gain": round(on_dev.held_out_gain, 6),
+                                          "p_one_sided": on_dev.p_value}
+                choice["safe-dev"] = on_dev.weight
+            for name, w in choice.items():
+                weights[name].update({q: w for q in fold.test})
+            seed_folds.append(entry)
+            print(f"seed {seed} {fold.name}: old {old:.2f}, safe {safe.describe()}", flush=True)
+        folds_out[str(seed)] = seed_folds
+        tested = [q for fold in plan.folds for q in fold.test]
+        first_test = {q: first[q] for q in tested}
+        evaluated = dataset.subset(tested)
+        for name in weights:
+            combined = fusion.interpolate(first_test, alone, weights[name])
+            comparison = evaluation.compare({"first": first_test, "alone": alone, "combined": combined},
+                                            evaluated.qrels, plan.metrics, "first")
+            by_name = {e.name: e for e in comparison.evaluations}
+            baseline = by_name["first"].aggregate
+            kinds = [("combined", rows[name])] + ([("alone", rows["alone"])] if name == "old" else [])
+            for kind, row in kinds:
+                results[row]["seeds"].append(seed)
+                # per query on the main metric: paired tests against other pipelines need them
+                per_query.setdefault(row, {})[str(seed)] = {
+                    q: round(v, 6) for q, v in by_name[kind].per_query[plan.main_metric].items()}
+                for measure_name, value in by_name[kind].aggregate.items():
+                    results[row].setdefault(measure_name, []).append(value)
+                    results[row].setdefault(f"p:{measure_name}", []).append(
+                        comparison.pvalues[kind][measure_name])
+        if args.output:  # after every seed, so a stopped measurement keeps what it measured
+            partial = "" if seed == args.seeds[-1] else f"partial: {len(folds_out)} of {len(args.seeds)} seeds"
+            write_json(Path(args.output), summary_of(args, plan, started, baseline, results, folds_out, partial, per_query))
+        print(f"seed {seed}: " + ", ".join(f"{row} {results[row][plan.main_metric][-1]:.4f}" for row in
+                                           rows.values()) + f" (first stage {baseline[plan.main_metric]:.4f})",
+              flush=True)
+    return summary_of(args, plan, started, baseline, results, folds_out, per_query=per_query)
+
+
+def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_out: dict, partial: str = "",
+               per_query: dict | None = None) -> dict:
+    """The result file's content (``partial`` says how far a measurement still running has got)."""
+    from pipeline import fusion
+
+    given = bool(args.model)
+    with open("/proc/loadavg") as handle:
+        load = handle.read().split()[:3]
+    return {**({"partial": partial} if partial else {}),
+            "command": shlex.join(["benchmarks/beyond_zero_shot.py", *sys.argv[1:]]),
+            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
+            "loadavg_at_end": " ".join(load), "dataset": args.dataset, "split": args.split,
+            "reranker": args.reranker, "model": args.model, "metric": plan.main_metric,
+            "rules": {"old": "pipeline.fusion.tune_weight on each fold's dev queries (best mean, any gain)",
+                      "safe": f"pipeline.fusion.choose_weight on each fold's tuning queries "
+                              f"({'train + dev: a given checkpoint saw none' if given else 'dev'}), level "
+                              f"{fusion.SAFE_LEVEL}, fallback w=1",
+                      **({"safe-dev": "choose_weight on the dev queries only (to separate the two changes)"}
+                         if given else {})},
+            "first_stage": baseline, "results": results, "folds": folds_out,
+            "per_query": {"metric": plan.main_metric, "runs": per_query or {}}}
+
+
+def write_json(path: Path, data: dict) -> None:
+    """``data`` as indented JSON at ``path``, atomically."""
+    from pipeline.core.atomic import atomic_write
+
+    with atomic_write(path) as handle:
+        json.dump(data, handle, indent=1)
+        handle.write("\n")
+
+
+# ------------------------------------------------------------------------------------------------- build
+
+#: the effectiveness table's combined rows (benchmarks/effectiveness.py) and the file re-measuring each under
+#: the safe rule (None: not re-measured, with the reason)
+def table_rows() -> list[dict]:
+    """Every combined row of the effectiveness table, with its safe re-measurement when one exists."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("effectiveness_for_summary",
+                                                  Path(__file__).resolve().parent / "effectiveness.py")
+    effectiveness = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = effectiveness
+    spec.loader.exec_module(effectiveness)
+    rows = []
+    for collection in effectiveness.COLLECTIONS:
+        for model in (collection.word, collection.transformer):
+            if model is not None:
+                rows.append({"collection": collection.name, "model": model.label, "metric": collection.metric,
+                             "file": model.file, "row": model.row})
+    return rows
+
+
+#: table file -> the safe re-measurement of the same runs (same protocol, seeds and recipe)
+SAFE_FILES = {
+    "cranfield/bi-encoder-zero-shot.json": "cranfield/bi-encoder-zero-shot-safe.json",
+    "vaswani/bi-encoder-zero-shot.json": "vaswani/bi-encoder-zero-shot-safe.json",
+    "nfcorpus/bi-encoder-zero-shot.json": "nfcorpus/bi-encoder-zero-shot-safe.json",
+    "wikiqa/bi-encoder-zero-shot.json": "wikiqa/bi-encoder-zero-shot-safe.json",
+    "cranfield/knrm.json": "cranfield/knrm-safe.json",
+}
+
+#: why a row was not re-measured (the trained models are not cached on this machine; retraining them all
+#: does not fit the shared 2-core budget)
+NOT_REMEASURED = "not re-measured: its trained models are not cached here and retraining 3 seeds did not fit the budget"
+
+
+def count(row: dict, metric: str, first: float) -> dict:
+    """Seeds significantly above / below the first stage (p < .05 as recorded) in one result row."""
+    values, pvalues = row.get(metric) or [], row.get(f"p:{metric}") or []
+    known = [(v, p) for v, p in zip(values, pvalues) if p is not None and p == p]
+    if not known:
+        return {"above": None, "below": None, "seeds": len(values), "reason": "no p-values recorded"}
+    return {"above": sum(1 for v, p in known if p < SIGNIFICANCE and v > first),
+            "below": sum(1 for v, p in known if p < SIGNIFICANCE and v < first), "seeds": len(values)}
+
+
+def load(file: str) -> dict | None:
+    path = RESULTS / file
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def mean(values) -> float | None:
+    return round(statistics.mean(values), 4) if values else None
+
+
+def table_counts() -> dict:
+    """``below_first_stage_count`` and its details over the effectiveness table, old rule and safe rule."""
+    details = []
+    totals = {"old": {"below": 0, "above": 0, "rows_with_p": 0},
+              "safe": {"below": 0, "above": 0, "rows_with_p": 0}}
+    for row in table_rows():
+        data = load(row["file"])
+        entry = {key: row[key] for key in ("collection", "model", "metric", "file")}
+        combined = (data or {}).get("results", {}).get(f"{row['row']}+interp")
+        if combined is None:
+            entry["old"] = None
+            entry["reason"] = "no combined row in the table (not run, or the recipe says --interpolate none)"
+            details.append(entry)
+            continue
+        first = data["first_stage"][row["metric"]]
+        entry["old"] = count(combined, row["metric"], first)
+        entry["old"]["mean"] = mean(combined[row["metric"]])
+        safe_file = SAFE_FILES.get(row["file"])
+        safe = load(safe_file) if safe_file else None
+        if safe is None:
+            entry["safe"] = None
+            entry["reason"] = NOT_REMEASURED if safe_file is None else f"{safe_file} not written yet"
+        else:
+            safe_row = safe["results"][f"{row['row']}+safe"]
+            entry["safe_file"] = safe_file
+            entry["safe"] = count(safe_row, row["metric"], safe["first_stage"][row["metric"]])
+            entry["safe"]["mean"] = mean(safe_row[row["metric"]])
+            # the old rule as re-measured by the same script: checks that it reproduces the table's row
+            entry["old_remeasured"] = count(safe["results"][f"{row['row']}+interp"], row["metric"],
+                                            safe["first_stage"][row["metric"]])
+            entry["old_remeasured"]["mean"] = mean(safe["results"][f"{row['row']}+interp"][row["metric"]])
+        for rule in ("old", "safe"):
+            # the safe rule's totals take the old counts where a row was not re-measured, said per row
+            counted = entry.get(rule) or entry["old"]
+            if counted.get("below") is not None:
+                totals[rule]["below"] += counted["below"]
+                totals[rule]["above"] += counted["above"]
+                totals[rule]["rows_with_p"] += 1
+        details.append(entry)
+    remeasured = [d for d in details if d.get("safe")]
+    return {"metric": "each collection's main metric; a seed counts when p < .05 (paired t-test vs the first "
+                      "stage, Holm-corrected over the rows alone/combined, as recorded by the run)",
+            "below_first_stage_count": {"old_rule": totals["old"]["below"], "safe_rule": totals["safe"]["below"]},
+            "above_first_stage_count": {"old_rule": totals["old"]["above"], "safe_rule": totals["safe"]["above"]},
+            "safe_rule_counts_note": f"{len(remeasured)} rows re-measured under the safe rule; the other rows "
+                                     "with p-values enter the safe rule's totals with their old-rule counts",
+            "rows": details}
+
+
+#: per shipped collection: the first-stage / zero-shot file and the trained rows to compare with it
+COLLECTIONS = [
+    ("Cranfield", "AP", "cranfield/bi-encoder-zero-shot.json",
+     [("KNRM (recipe defaults, 5-fold CV)", "cranfield/knrm.json", "knrm")]),
+    ("Vaswani", "AP", "vaswani/bi-encoder-zero-shot.json",
+     [("KNRM (recipe defaults, 5-fold CV)", "vaswani/knrm.json", "knrm")]),
+    ("NFCorpus", "nDCG@10", "nfcorpus/bi-encoder-zero-shot.json",
+     [("KNRM (recipe defaults, 5-fold CV)", "nfcorpus/knrm.json", "knrm")]),
+    ("Microblog 2013", "AP", None,
+     [("HCAN (hinge, up to 20 epochs)", "microblog/2013-hcan-hinge-all.json", "hcan-HCAN"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2013-transformers-depth1000-3seeds.json",
+       "cross-encoder")]),
+    ("Microblog 2014", "AP", None,
+     [("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2014-transformers-depth1000-3seeds.json",
+       "cross-encoder")]),
+    ("WikiQA (237 q)", "AP", "wikiqa/bi-encoder-zero-shot.json",
+     [("Bi-Match-SRNN", "wikiqa/match-srnn.json", "bi-match-srnn")]),
+    ("TrecQA raw-test", "AP", "trecqa/bi-encoder-zero-shot.json", [("HCAN", "trecqa/hcan.json", "hcan-HCAN")]),
+    ("DL19", "nDCG@10", "dl/2019-bi-encoder-zero-shot.json",
+     [("DRMM", "dl/2019-knrm-drmm.json", "drmm"), ("KNRM", "dl/2019-knrm-drmm.json", "knrm"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-cross-encoder.json", "cross-encoder"),
+      ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-addax.json", "addax"),
+      ("HCAN (2 epochs x 3,200 pairs)", "dl/2019-hcan.json", "hcan")]),
+    ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json",
+     [("DRMM", "dl/2020-knrm-drmm.json", "drmm"), ("KNRM", "dl/2020-knrm-drmm.json", "knrm"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-cross-encoder.json", "cross-encoder"),
+      ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-addax.json", "addax"),
+      ("HCAN (2 epochs x 3,200 pairs)", "dl/2020-hcan.json", "hcan")]),
+    ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json",
+     [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm")]),
+]
+
+NO_PER_QUERY = ("the result files keep per-seed means and p-values against the first stage only, not per-query "
+                "scores, so a paired test against the zero-shot combination cannot be computed from them")
+
+
+def collection_summary(name: str, metric: str, zero_file: str | None, trained: list) -> dict:
+    """One collection's entry of ``beyond-zero-shot.json`` (see the module docstring)."""
+    entry: dict = {"collection": name, "metric": metric}
+    zero = load(zero_file) if zero_file else None
+    first = None
+    if zero is not None:
+        first = zero["first_stage"][metric]
+        row = zero["results"].get("bi-encoder+interp")
+        entry["zero_shot_combined"] = ({"mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
+                                        "seeds": row["seeds"], "file": zero_file} if row else
+                                       {"mean": None, "reason": f"{zero_file} has no combined row (the recipe "
+                                                                "says --interpolate none)"})
+        safe_file = next((s for f, s in SAFE_FILES.items() if f == zero_file), None)
+        safe = load(safe_file) if safe_file else None
+        if safe is not None:
+            row = safe["results"]["bi-encoder+safe"]
+            entry["zero_shot_combined_safe"] = {"mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
+                                                "seeds": row["seeds"], "file": safe_file}
+    else:
+        entry["zero_shot_combined"] = {"mean": None, "reason": "the zero-shot bi-encoder was not run on this "
+                                                               "collection"}
+    best = None
+    for label, file, row_name in trained:
+        data = load(file)
+        row = (data or {}).get("results", {}).get(f"{row_name}+interp")
+        if row and metric in row:
+            first = first if first is not None else data["first_stage"][metric]
+            candidate = {"name": label, "recipe": f"python {data['command']}", "file": file, "row": f"{row_name}+interp",
+                         "mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
+                         "seeds": row["seeds"]}
+            if best is None or candidate["mean"] > best["mean"]:
+                best = candidate
+    entry["first_stage"] = round(first, 4) if first is not None else None
+    if best is None:
+        entry["best_trained"] = None
+        entry["best_trained_combined"] = None
+        entry["seeds"] = []
+        entry["best_trained_reason"] = "no trained re-ranker has a combined row on this collection"
+    else:
+        entry["best_trained"] = {"name": best["name"], "recipe": best["recipe"], "file": best["file"],
+                                 "row": best["row"]}
+        entry["best_trained_combined"] = best["mean"]
+        entry["best_trained_per_seed"] = best["per_seed"]
+        entry["seeds"] = best["seeds"]
+    zero_mean = entry["zero_shot_combined"].get("mean")
+    entry["p_vs_zero_shot"] = None
+    entry["p_vs_zero_shot_reason"] = NO_PER_QUERY if best is not None and zero_mean is not None else (
+        "no zero-shot combination to compare with" if zero_mean is None else "no trained combination")
+    if best is not None and zero_mean is not None:
+        entry["best_trained_minus_zero_shot"] = round(best["mean"] - zero_mean, 4)
+    return entry
+
+
+def build() -> dict:
+    """The content of ``beyond-zero-shot.json``, from the result files only."""
+    return {"generated_by": "python benchmarks/beyond_zero_shot.py build",
+            "collections": [collection_summary(*c) for c in COLLECTIONS],
+            **table_counts()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("measure", help="old vs safe combination of one re-ranker on one collection")
+    run.add_argument("--dataset", required=True)
+    run.add_argument("--split")
+    run.add_argument("--reranker", required=True)
+    run.add_argument("--model", help="a given checkpoint (e.g. all-MiniLM-L6-v2): zero-shot, nothing trained")
+    run.add_argument("--label", help="row label (default: the re-ranker's name)")
+    run.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    run.add_argument("--metrics")
+    run.add_argument("--k", type=int, default=0)
+    run.add_argument("--set", action="append", default=[])
+    run.add_argument("--threads", type=int, default=1)
+    run.add_argument("--score-cache", help="JSON file keeping a given model's scores between invocations")
+    run.add_argument("--output", required=True)
+    summary = commands.add_parser("build", help="rebuild benchmarks/results/beyond-zero-shot.json")
+    summary.add_argument("--output", default=str(SUMMARY))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    if args.command == "measure":
+        write_json(Path(args.output), measure(args))
+    else:
+        write_json(Path(args.output), build())
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""``--reranker auto``: the recommended pipeline for a collection, as the measurements of BENCHMARKS.md say.
+
+What was measured (effectiveness table, 3 seeds, paired t-test against the first stage):
+
+* the packaged zero-shot bi-encoder (all-MiniLM-L6-v2, nothing trained) combined with BM25 is significantly
+  above the first stage in every seed on Cranfield, Vaswani, NFCorpus, WikiQA and TREC DL 2019/2020/2021, and
+  no trained re-ranker measured on those collections beats it (word-level models combined are level with
+  BM25; the cross-encoder and ADDAX trained on two DL years are below it on DL19/DL20);
+* on Microblog the best measured pipeline is the cross-encoder trained on the other years (2 epochs x 3,200
+  pairs, re-ranking QL's top 1000) combined with QL: AP .4454 against QL .3924 (2014), .2852 against .2532
+  (2013); the zero-shot bi-encoder was not measured there;
+* on TrecQA the shipped order (correct answers first, AP .9368) is above every re-ranker measured.
+
+So ``auto`` takes the measured best pipeline of a built-in collection (:data:`MEASURED`), and for any other
+collection, with training queries or without, the zero-shot bi-encoder combined with the first stage: with
+judged queries the weight is tuned by the safe rule (:func:`pipeline.fusion.choose_weight`: the first stage
+is kept unless tuning's gain is proven), without any it is the fixed :data:`UNJUDGED_WEIGHT`.
+docs/recommendations.md has the table behind it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from .core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: the ``--reranker`` value that picks the pipeline by collection
+AUTO = "auto"
+#: the packaged sentence encoder the zero-shot bi-encoder scores with
+ZERO_SHOT_MODEL = "all-MiniLM-L6-v2"
+#: the first stage's share when a collection has no judged query to tune it on: the median of the weights
+#: the safe rule tuned for the zero-shot bi-encoder on Cranfield, Vaswani, NFCorpus and WikiQA (3 seeds, every
+#: fold; benchmarks/results/<collection>/bi-encoder-zero-shot-safe.json)
+UNJUDGED_WEIGHT = 0.5
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One recommended pipeline: the options ``auto`` stands for, and the measured row behind it."""
+
+    reranker: str
+    model: str | None = None
+    overrides: tuple[str, ...] = ()
+    k: int | None = None
+    evidence: str = ""
+
+
+ZERO_SHOT = Preset("bi-encoder", ZERO_SHOT_MODEL, evidence=(
+    "zero-shot bi-encoder + first stage: significantly above BM25 in 3 of 3 seeds on Cranfield, Vaswani, "
+    "NFCorpus, WikiQA, DL19/20/21, above every trained re-ranker measured there (BENCHMARKS.md)"))
+
+#: built-in collection -> its measured best pipeline, where that is not :data:`ZERO_SHOT`
+MEASURED: dict[str, Preset] = {
+    "microblog": Preset("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
+                        "cross-encoder (2 epochs x 3,200 pairs) + QL: AP .4454 vs QL .3924 on 2014, .2852 vs .2532 "
+                        "on 2013 (benchmarks/results/microblog/2014-transformers-depth1000-3seeds.json); about 17 "
+                        "min of training on one CPU thread"),
+    "trecqa": Preset("none", evidence="the shipped order (AP .9368, correct answers first) is above every "
+                                      "re-ranker measured (bi-encoder .7667, HCAN .6996)"),
+}
+
+
+def preset_for(dataset) -> Preset:
+    """The pipeline ``--reranker auto`` runs on ``dataset``: :data:`MEASURED`'s entry for a built-in collection
+    measured otherwise, else :data:`ZERO_SHOT`."""
+    return MEASURED.get(dataset.name, ZERO_SHOT)
+
+
+def resolve_auto(config, dataset):
+    """``config`` with ``--reranker auto`` replaced by :func:`preset_for` ``dataset``'s pipeline (any other
+    config is returned unchanged). ``--interpolate`` given by the user is kept; otherwise the zero-shot
+    model's weight is tuned (``auto``, the safe rule) when the collection has judged queries, else fixed at
+    :data:`UNJUDGED_WEIGHT`. ``--model``, ``--set`` and ``--config`` name one model's options: with ``auto``
+    they are a :class:`ConfigError` (name the re-ranker instead)."""
+    if config.reranker != AUTO:
+        return config
+    if config.model or config.overrides or config.config_file:
+        raise ConfigError("--reranker auto picks the model and its options itself; to give --model, --set or "
+                          "--config, name the re-ranker (e.g. --reranker bi-encoder --model all-MiniLM-L6-v2)")
+    preset = preset_for(dataset)
+    interpolate = config.interpolate
+    if interpolate is None and preset.model is not None and not dataset.qrels:
+        interpolate = str(UNJUDGED_WEIGHT)  # nothing to tune on: the measured weight
+    resolved = dataclasses.replace(config, reranker=preset.reranker, model=preset.model,
+                                   overrides=preset.overrides, k=config.k or preset.k, interpolate=interpolate)
+    log.info("--reranker auto on %s: %s%s%s%s (%s)", dataset.name, preset.reranker,
+             f" --model {preset.model}" if preset.model else "",
+             "".join(f" --set {o}" for o in preset.overrides),
+             f" --interpolate {interpolate}" if interpolate else "", preset.evidence)
+    return resolved
