@@ -36,6 +36,8 @@ class TrainConfig:
     positive_relevance: int = 1     # the lowest judged grade that counts as a training positive (TREC DL: 2)
     dev_at_start: bool = False      # score the dev queries before training: keep the starting weights if no
                                     # epoch beats them (for encoders that rank well before any fine-tuning)
+    accumulation_steps: int = 1     # micro-batches per step (each rank's share cut in that many forward/backward
+                                    # passes, gradients added): the same step with 1/N of the activations' memory
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -52,6 +54,8 @@ class TrainConfig:
                                 f"got {self.head_learning_rate}")
         if self.positive_relevance < 1:
             raise PipelineError(f"positive_relevance must be >= 1, got {self.positive_relevance}")
+        if self.accumulation_steps < 1:
+            raise PipelineError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
         if self.warmup < 0:
             raise PipelineError(f"warmup must be >= 0 (a fraction of the steps, or a number of steps), "
                                 f"got {self.warmup}")

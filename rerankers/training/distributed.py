@@ -1,21 +1,42 @@
 """Data-parallel training with ``torch.distributed`` (run under ``torchrun``): what each rank does.
 
-Every rank builds the same batches (same seed, same data), takes its own share of each batch (units
-``rank::world``), and after ``backward`` the ranks sum their gradients with one ``all_reduce``: each
-rank's loss is its share's mean scaled by ``share / batch``, so the sum is the gradient of the whole
-batch's mean loss, the gradient one process would compute. The optimizer then takes the same step on every
-rank, so the weights stay equal without being sent. This is what ``DistributedDataParallel`` does; its
-wrapper is not used because the re-rankers' ``forward`` reads attributes of their module that the wrapper
-would hide. Dev evaluation, early stopping, checkpoints and training states are rank 0's; its decisions
-are broadcast. Scoring (``pipeline.stages.rerank``) deals the chunks of queries to the ranks and gathers
-their scores, each chunk scored as one process would score it, so the run file is byte-identical.
-Backend: NCCL with GPUs, gloo on CPU.
+Training (:class:`rerankers.training.loop.Trainer`) wraps the re-ranker's module in
+:class:`torch.nn.parallel.DistributedDataParallel` (:func:`data_parallel`): DDP broadcasts rank 0's
+weights when it is built, so every rank starts from the same model, and sums the gradients during
+``backward`` in buckets that overlap with the backward pass. Every rank builds the same batches (same seed,
+same data) and takes its own share of each batch (units ``rank::world``, :func:`share`). DDP *averages*
+the gradients over the ranks, so each rank multiplies its share's mean loss by ``world * share / batch``:
+the average is then ``sum(share / batch * share mean)``, the gradient of the whole batch's mean loss, the
+gradient one process computes on the whole batch. The optimizer takes the same step on every rank, so the
+weights stay equal (bit for bit) without being sent. With ``accumulation_steps`` > 1 each share is cut into
+micro-batches whose gradients add up under ``no_sync()`` before the last one's ``backward`` sends them.
+
+Dropout draws from torch's generator, seeded ``seed + rank`` on each rank: the ranks drop different units
+of their different examples, like one process would; model initialisation is unaffected (DDP broadcasts
+rank 0's weights). With dropout, 2 processes therefore do not reproduce 1 process bit for bit; with dropout 0
+they do, within float rounding (docs/distributed.md, tests/test_distributed.py).
+
+Dev evaluation, early stopping, checkpoints and training states are rank 0's; its decisions are broadcast.
+Scoring (``pipeline.stages.rerank``) deals the chunks of queries to the ranks and gathers their scores, each
+chunk scored as one process would score it, so the run file is byte-identical.
+
+Waiting: some phases run on rank 0 alone while the others wait in a collective (training the code encoder,
+assembling a code index, dev evaluation). Their length grows with the collection (hours at MS MARCO scale),
+so the process group's timeout is :data:`DEFAULT_TIMEOUT_S` (12 h) instead of torch's 30 min, settable with
+the environment variable ``PIPELINE_DIST_TIMEOUT_S`` (seconds). A long timeout costs nothing when a rank
+dies: ``torchrun`` then stops every rank at once; it only bounds how long a rank that hangs alive is waited
+for. Backend: NCCL with GPUs, gloo on CPU.
 """
 from __future__ import annotations
 
 import os
 import sys
 from typing import Any, Sequence
+
+#: the process group's timeout (seconds) when ``PIPELINE_DIST_TIMEOUT_S`` is not set: long enough for a
+#: phase one rank runs alone at MS MARCO scale (SCALING.md: hours), where torch's default (30 min) kills the job
+DEFAULT_TIMEOUT_S = 12 * 3600
+TIMEOUT_VARIABLE = "PIPELINE_DIST_TIMEOUT_S"
 
 
 def is_distributed() -> bool:
@@ -49,19 +70,49 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def timeout_seconds() -> float:
+    """The process group's timeout: ``PIPELINE_DIST_TIMEOUT_S`` (seconds, > 0) or :data:`DEFAULT_TIMEOUT_S`.
+
+    Raises:
+        PipelineError: the variable is set to something other than a positive number.
+    """
+    from pipeline.core.errors import PipelineError
+
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return float(DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise PipelineError(f"{TIMEOUT_VARIABLE}={text!r}: expected a positive number of seconds "
+                            f"(the default is {DEFAULT_TIMEOUT_S})")
+    return seconds
+
+
 def init_from_environment() -> bool:
     """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1 in the environment); returns whether
-    this process is part of one. Backend NCCL when CUDA is available, else gloo."""
-    import torch
-    import torch.distributed as dist
+    this process is part of one. Backend NCCL when CUDA is available, else gloo; timeout
+    :func:`timeout_seconds` (every collective, barriers included, waits that long before failing).
+
+    Example:
+        >>> init_from_environment()   # outside torchrun: nothing to join
+        False
+    """
+    import datetime
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
+    seconds = timeout_seconds()  # checked before torch starts, so a bad value is one error line
+    import torch
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
     return True
 
 
@@ -76,34 +127,64 @@ def shutdown() -> None:
 
 
 def share(units: Sequence[Any]) -> tuple[list, float]:
-    """This rank's share of a batch and the weight of its mean loss (``len(share) / len(batch)``). A rank
-    left without a unit (a batch smaller than the world) computes the first unit with weight 0, so that
-    every rank takes part in the gradient sum."""
+    """This rank's share of a batch and the factor of its mean loss, ``world * len(share) / len(batch)``
+    (DDP averages the ranks' gradients, so the factors make the average the whole batch's mean-loss gradient;
+    1 outside a process group). A rank left without a unit (a batch smaller than the world) computes the
+    first unit with factor 0, so that every rank takes part in the gradient sum.
+
+    Example:
+        >>> share(["a", "b", "c"])    # one process: the whole batch
+        (['a', 'b', 'c'], 1.0)
+    """
     if not is_distributed():
         return list(units), 1.0
     mine = list(units[rank()::world_size()])
     if not mine:
         return [units[0]], 0.0
-    return mine, len(mine) / len(units)
+    return mine, world_size() * len(mine) / len(units)
 
 
-def sum_gradients(parameters: Sequence[Any], loss) -> float:
-    """Sum ``parameters``' gradients over the ranks (one flat ``all_reduce``) and return the whole batch's
-    loss (``loss`` is this rank's weighted share). A parameter without a gradient counts as zeros."""
-    import torch
-    import torch.distributed as dist
+def data_parallel(reranker, device, find_unused_parameters: bool = False):
+    """``reranker``'s training forward wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, or
+    ``None`` outside a process group.
 
+    The wrapped module is a thin adapter whose ``forward(batch)`` is ``reranker.forward(batch)`` and whose
+    only child is ``reranker.module``: the re-rankers' ``forward`` reads attributes of their own module,
+    which a DDP wrapper in its place would hide, and the checkpoint's parameter names stay unchanged. Building
+    it broadcasts rank 0's parameters and buffers to every rank.
+
+    Args:
+        reranker: a prepared trainable re-ranker (``module`` on ``device``, ``forward(batch)``).
+        device: the torch device training runs on (a CUDA device becomes DDP's ``device_ids``).
+        find_unused_parameters: True when some trainable parameter gets no gradient from a batch
+            (the Trainer finds out on its first batch); it costs a graph traversal per step.
+    Returns:
+        The DDP module (call it with a batch; ``no_sync()`` for accumulation), or ``None``.
+    """
     if not is_distributed():
-        return float(loss.detach())
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [loss.detach().reshape(1).to(grads[0].dtype)])
-    dist.all_reduce(flat)
-    offset = 0
-    for parameter, grad in zip(parameters, grads):
-        count = grad.numel()
-        parameter.grad = flat[offset:offset + count].view_as(grad).clone()
-        offset += count
-    return float(flat[-1])
+        return None
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    class ForwardOf(torch.nn.Module):
+        """``reranker.forward`` as a module's forward, ``reranker.module`` its child."""
+
+        def __init__(self):
+            super().__init__()
+            self.module = reranker.module
+
+        def forward(self, batch):
+            return reranker.forward(batch)
+
+    device_ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else None
+    return DistributedDataParallel(ForwardOf(), device_ids=device_ids,
+                                   find_unused_parameters=find_unused_parameters)
+
+
+def sum_over_ranks(value: float) -> float:
+    """The sum of ``value`` over the ranks (``value`` itself outside a process group)."""
+    return float(sum(gather_to_all(float(value)))) if is_distributed() else float(value)
 
 
 def broadcast(value: Any) -> Any:
@@ -129,7 +210,7 @@ def gather_to_all(value: Any) -> list:
 
 
 def barrier() -> None:
-    """Wait for every rank."""
+    """Wait for every rank (at most the process group's timeout, :func:`timeout_seconds`)."""
     import torch.distributed as dist
 
     if is_distributed():

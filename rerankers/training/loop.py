@@ -4,7 +4,9 @@ Losses: pointwise (binary cross-entropy; HCAN's two-class NLL is the same thing 
 pairwise hinge, or softmax cross-entropy over one positive and sampled negatives; negatives sampled from the
 first-stage candidates; length-bucketed batches; gradient clipping; early stopping on a dev metric computed
 with ir-measures; seeds; AMP and device selection for GPUs; tqdm bars and one log line per epoch; a
-per-epoch training state so that an interrupted training resumes.
+per-epoch training state so that an interrupted training resumes; gradient accumulation
+(``accumulation_steps``). Under ``torchrun`` the module trains wrapped in ``DistributedDataParallel``, each
+rank a share of every batch (:mod:`rerankers.training.distributed`, docs/distributed.md).
 
 A trainable re-ranker offers, besides the :class:`rerankers.Reranker` protocol: ``module`` (a torch
 module), ``prepare(train, dataset)`` (vocabulary, embeddings, module), ``encode(pairs)`` (a batch of
@@ -147,6 +149,8 @@ class Trainer:
         config = self.config
         set_threads()
         seed_everything(self.seed)
+        if distributed.rank():  # dropout masks differ per rank; batches (rng) and initial weights do not
+            torch.manual_seed(self.seed + distributed.rank())
         rng = random.Random(self.seed)
         device = resolve_device(config.device)
         module = self.reranker.module
@@ -155,6 +159,7 @@ class Trainer:
         groups = parameter_groups(module, getattr(self.reranker, "pretrained_prefixes", ()),
                                   config.learning_rate, config.head_learning_rate)
         parameters = [p for group in groups for p in group["params"]]
+        data_parallel = None  # under torchrun: the DDP wrapper, built at the first batch
         if config.optimizer == "sgd":
             optimizer = torch.optim.SGD(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         elif config.optimizer == "adamw":
@@ -193,7 +198,7 @@ class Trainer:
             if not units:
                 raise PipelineError("no training examples: the training queries need judged-relevant and "
                                     "non-relevant candidates")
-            total, count = 0.0, 0
+            total, count = torch.zeros((), dtype=torch.float64, device=device), 0
             batches = self.batches(units, rng)
             if scheduler is None and (config.schedule != "constant" or config.warmup > 0):
                 # every epoch has as many units (hence batches) as the first: the run's length is known here
@@ -211,25 +216,23 @@ class Trainer:
                              "to %d epochs (dev evaluation not included)", self.reranker.name, per_batch,
                              ESTIMATE_AFTER, per_batch * len(batches) / 60,
                              per_batch * len(batches) * (config.epochs - done) / 60, config.epochs - done)
-                # under torchrun, this rank's share of the batch; its loss weighted so the ranks' sum is the batch's
-                mine, weight = distributed.share(batch_units)
-                pairs = [(query, doc) for query, docs, _ in mine for doc in docs]
-                batch = self.reranker.encode(pairs)
-                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
-                    scores = self.reranker.forward(batch)
-                loss = self.loss(scores.float(), mine) * weight
+                if data_parallel is None and distributed.is_distributed():
+                    data_parallel = self.data_parallel(batch_units, device, use_amp)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                batch_loss = distributed.sum_gradients(parameters, loss)
+                # this rank's share of the batch, its loss scaled so that DDP's average is the batch's gradient
+                share_loss = self.accumulate(batch_units, device, use_amp, data_parallel)
                 if config.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
                 optimizer.step()
                 last_learning_rate = optimizer.param_groups[0]["lr"]
                 if scheduler is not None:
                     scheduler.step()
-                total += batch_loss * len(batch_units)
+                # the ranks' share losses average to the batch's mean loss: summed over the ranks at the epoch's end
+                total += share_loss * (len(batch_units) / distributed.world_size())
                 count += len(batch_units)
-                bar.set_postfix(loss=f"{total / count:.4f}")
+                if number % 10 == 0 or number == len(batches):  # reading the loss waits for the GPU
+                    bar.set_postfix(loss=f"{float(total) * distributed.world_size() / count:.4f}")
+            total = distributed.sum_over_ranks(float(total))
             dev_score = None
             if dev is not None and dev.queries:  # rank 0 evaluates and decides for every rank
                 dev_score = distributed.broadcast(self.evaluate(dev) if distributed.is_main() else None)
@@ -250,12 +253,15 @@ class Trainer:
             if dev_score is not None and stale >= config.patience:
                 report.stopped_early = True
                 break
-            if state_path is not None and epoch < config.epochs and distributed.is_main():
-                self.save_state(state_path, {
-                    "epoch": epoch, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                    "total_steps": total_steps, "report": dataclasses.asdict(report), "best_state": best_state,
-                    "best_score": best_score, "stale": stale, "generators": self.generator_states(rng)})
+            if state_path is not None and epoch < config.epochs:
+                generators = self.generator_states(rng)  # every rank's dropout generator: a collective
+                if distributed.is_main():
+                    self.save_state(state_path, {
+                        "epoch": epoch, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                        "total_steps": total_steps, "report": dataclasses.asdict(report), "best_state": best_state,
+                        "best_score": best_score, "stale": stale, "generators": generators})
+        del data_parallel  # its reducer's hooks leave the parameters with it
         if best_state is not None:
             module.load_state_dict(best_state)
         module.eval()
@@ -263,6 +269,58 @@ class Trainer:
             state_path.unlink(missing_ok=True)
         distributed.barrier()
         return report
+
+    # -- one step under torchrun ----------------------------------------------------------------
+    def accumulate(self, units: list, device, use_amp: bool, data_parallel=None):
+        """Forward and backward of this rank's share of ``units`` (one batch), in ``accumulation_steps``
+        micro-batches whose gradients add up (under DDP's ``no_sync()`` but for the last, whose ``backward``
+        sends the sum). Each micro-batch's mean loss is scaled by its share of the batch (times the world
+        size, which DDP's average divides out), so the gradient is the whole batch's mean-loss gradient.
+        Returns this rank's scaled loss (a detached tensor; the ranks' values average to the batch's loss)."""
+        import contextlib
+
+        mine, scale = distributed.share(units)
+        parts = min(max(1, self.config.accumulation_steps), len(mine))
+        bounds = [round(i * len(mine) / parts) for i in range(parts + 1)]
+        total = None
+        for part in range(parts):
+            micro = mine[bounds[part]:bounds[part + 1]]
+            last = part == parts - 1
+            quiet = data_parallel.no_sync() if data_parallel is not None and not last else contextlib.nullcontext()
+            with quiet:
+                loss = self.share_loss(micro, device, use_amp, data_parallel) * (scale * len(micro) / len(mine))
+                loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        return total
+
+    def share_loss(self, units: list, device, use_amp: bool, data_parallel=None):
+        """The configured loss of ``units``' scores (through the DDP wrapper when there is one)."""
+        import torch
+
+        pairs = [(query, doc) for query, docs, _ in units for doc in docs]
+        batch = self.reranker.encode(pairs)
+        forward = data_parallel if data_parallel is not None else self.reranker.forward
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+            scores = forward(batch)
+        return self.loss(scores.float(), units)
+
+    def data_parallel(self, units: list, device, use_amp: bool):
+        """The DDP wrapper of the re-ranker (:func:`distributed.data_parallel`), ``find_unused_parameters``
+        set only if, on some rank, a trainable parameter gets no gradient from its share of ``units``
+        (the first batch, computed once without a step and with torch's generator put back)."""
+        import torch
+
+        module = self.reranker.module
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            mine, _ = distributed.share(units)
+            self.share_loss(mine, device, use_amp).backward()
+        unused = [name for name, p in module.named_parameters() if p.requires_grad and p.grad is None]
+        module.zero_grad(set_to_none=True)
+        find_unused = any(distributed.gather_to_all(bool(unused)))
+        if find_unused:
+            log.info("%s: parameters without a gradient (%s): DDP looks for unused parameters at every step",
+                     self.reranker.name, ", ".join(unused[:5]) or "on another rank")
+        return distributed.data_parallel(self.reranker, device, find_unused)
 
     # -- resuming --------------------------------------------------------------------------------
     def make_scheduler(self, optimizer, total_steps: int):
@@ -292,6 +350,9 @@ class Trainer:
                   "torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             states["cuda"] = torch.cuda.get_rng_state_all()
+        if distributed.is_distributed():  # each rank's dropout generator (seeded seed + rank), in rank order
+            ranks = distributed.gather_to_all((states["torch"], states.get("cuda")))
+            states["ranks"] = [{"torch": cpu, **({"cuda": cuda} if cuda is not None else {})} for cpu, cuda in ranks]
         return states
 
     @staticmethod
@@ -304,9 +365,18 @@ class Trainer:
         random.setstate(states["python"])
         name, keys, position, has_gauss, cached = states["numpy"]
         np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), position, has_gauss, cached))
-        torch.set_rng_state(states["torch"])
-        if "cuda" in states and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(states["cuda"])
+        mine = states
+        if distributed.is_distributed():  # this rank's own dropout generator, when the state has one per rank
+            ranks = states.get("ranks") or []
+            if len(ranks) == distributed.world_size():
+                mine = ranks[distributed.rank()]
+            elif distributed.rank():  # keeps its own generator (seed + rank): never rank 0's masks again
+                log.warning("training state written by %d rank(s), resumed by %d: rank %d draws new dropout masks",
+                            max(1, len(ranks)), distributed.world_size(), distributed.rank())
+                return
+        torch.set_rng_state(mine["torch"])
+        if "cuda" in mine and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(mine["cuda"])
 
     def save_state(self, path: Path, state: dict) -> None:
         """Write one epoch's training state to ``path`` atomically, with its digest."""
