@@ -141,18 +141,26 @@ class NeuralTensorNetwork(nn.Module):
 # --------------------------------------------------------------------------
 
 
-def _anti_diagonal_index(rows: int, cols: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The skewed layout: diagonal ``k`` holds cells ``(i, k - i)`` at slot ``i``.
+def _skew(inputs: torch.Tensor) -> torch.Tensor:
+    """Lay ``s [B, M, N, C]`` out by anti-diagonals: ``[K, B, M, C]`` with ``K = M + N - 1``, where
+    ``out[k, b, i] = s[b, i, k - i]``, and zeros where ``k - i`` falls outside ``[0, N)``.
 
-    Returns:
-        ``(row [K, M], col [K, M] clamped into range, valid [K, M])`` with ``K = rows + cols - 1``.
-        ``valid`` is False where ``k - i`` falls outside ``[0, cols)``.
+    Only the small input is skewed (``C`` channels), never its ``8d``-wide projection. Padding every row with
+    ``M`` zeros in front makes row ``i``'s cell ``(i, k - i)`` sit at flat offset ``i * (M + N - 1) + k + M``,
+    so the skewed grid is one strided view of the padded one and one copy.
     """
-    diagonal = torch.arange(rows + cols - 1, device=device).unsqueeze(1)
-    row = torch.arange(rows, device=device).unsqueeze(0).expand(rows + cols - 1, rows)
-    col = diagonal - row
-    valid = (col >= 0) & (col < cols)
-    return row, col.clamp(0, cols - 1), valid
+    batch, rows, cols, channels = inputs.shape
+    width = rows + cols
+    padded = F.pad(inputs, (0, 0, rows, 0)).contiguous()  # [B, M, M + N, C], M zeros before column 0
+    skewed = padded.as_strided((batch, rows, width - 1, channels),
+                               (rows * width * channels, (width - 1) * channels, channels, 1),
+                               padded.storage_offset() + rows * channels)
+    return skewed.permute(2, 0, 1, 3).contiguous()
+
+
+def _active_slots(diagonal: int, rows: int, cols: int) -> tuple[int, int]:
+    """The rows ``i`` whose cell ``(i, diagonal - i)`` lies on the grid: ``range(first, last)``."""
+    return max(0, diagonal - cols + 1), min(rows, diagonal + 1)
 
 
 class SpatialGRU(nn.Module):
@@ -173,8 +181,19 @@ class SpatialGRU(nn.Module):
 
     All cells of one anti-diagonal ``i + j = k`` depend only on diagonals ``k-1`` and ``k-2``. The forward
     pass therefore loops over the ``M + N - 1`` anti-diagonals and computes each one's cells at once, for
-    the whole batch. The input projections (the ``s_ij`` columns of the gates, and ``W s_ij + b``) do not
-    depend on the recursion, so they are computed once for the whole grid before the loop.
+    the whole batch (a wavefront). What makes a step cheap:
+
+    * the input ``s`` (``C`` channels) is skewed once into diagonal order (:func:`_skew`); its projections
+      are computed per step inside the same matrix product as the hidden terms, from one weight matrix whose
+      rows are reordered once per call (resets and update gates in the order ``top, left, diagonal`` of
+      ``q``, so that they multiply ``q``'s hidden part without another concatenation), plus ``W`` and ``b``;
+    * a step computes only the cells on the grid (rows ``max(0, k-N+1) .. min(M-1, k)``), so nothing needs
+      masking: the zero borders are the slots never written;
+    * :meth:`corners` keeps only the states scoring reads (each pair's real corner ``h_mn``) instead of
+      unskewing the whole grid;
+    * under CPU bfloat16 autocast the weights are cast once per call, not at every step, and the recursion
+      runs in bfloat16 (float32 corners are returned);
+    * without autograd (scoring), the states go into one preallocated buffer written in place.
     """
 
     def __init__(self, input_dim: int, hidden_dim: int) -> None:
@@ -190,6 +209,79 @@ class SpatialGRU(nn.Module):
         self.candidate_input = nn.Linear(input_dim, hidden_dim)
         self.candidate_hidden = nn.Linear(3 * hidden_dim, hidden_dim, bias=False)
 
+    def _step_weights(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(W [8d, 3d + C], b [8d], U [d, 3d])`` in the order one step uses them.
+
+        Output rows: resets ``r_t, r_l, r_d``, update gates ``z_t, z_l, z_d, z_i``, then ``W s + b`` (zero
+        weights on the hidden columns). ``U``'s columns follow ``q``'s ``top, left, diagonal``.
+        """
+        d, c = self.hidden_dim, self.input_dim
+        blocks = self.gates.weight.unflatten(0, (7, d))[[1, 0, 2, 5, 4, 6, 3]].flatten(0, 1)
+        bias = self.gates.bias.unflatten(0, (7, d))[[1, 0, 2, 5, 4, 6, 3]].flatten()
+        candidate = torch.cat([self.candidate_input.weight.new_zeros(d, 3 * d), self.candidate_input.weight], 1)
+        weight = torch.cat([blocks, candidate], 0)
+        bias = torch.cat([bias, self.candidate_input.bias])
+        hidden = self.candidate_hidden.weight.unflatten(1, (3, d))[:, [1, 0, 2]].flatten(1)
+        return weight.to(dtype), bias.to(dtype), hidden.to(dtype)
+
+    def _scan(self, inputs: torch.Tensor, last: int, keep: bool, on_step=None) -> list[torch.Tensor]:
+        """Run diagonals ``0 .. last - 1``.
+
+        Returns:
+            With ``keep``, every diagonal's states ``[B, M + 1, d]`` (slot 0 is the border row ``i = 0``,
+            slot ``i + 1`` holds row ``i``). Without it, nothing: ``on_step(k, states, update, first, stop)``
+            sees every diagonal's new states ``[B, stop - first, d]`` and update gates ``[B, stop - first, 4, d]``
+            (order ``z_t, z_l, z_d, z_i``) of rows ``first .. stop - 1`` as they are computed.
+        """
+        batch, rows, cols, _ = inputs.shape
+        d = self.hidden_dim
+        dtype = inputs.dtype
+        if inputs.device.type == "cpu" and torch.is_autocast_enabled("cpu") \
+                and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            dtype = torch.bfloat16
+        weight, bias, hidden = self._step_weights(dtype)
+        skewed = _skew(inputs.to(dtype))
+        # Without autograd, states go into a preallocated buffer written in place: all diagonals, or three in
+        # turn. Reusing a slot is safe because a step reads only slots on the grid or slots never written (the
+        # rows on the grid only move down as k grows; see _active_slots).
+        in_place = not (torch.is_grad_enabled() and (inputs.requires_grad or weight.requires_grad))
+        history = [skewed.new_zeros(batch, rows + 1, d)] * 2
+        if in_place:
+            history = list(skewed.new_zeros(last + 2 if keep else 3, batch, rows + 1, d).unbind(0))
+        with torch.autocast(inputs.device.type, enabled=False):
+            for k in range(last):
+                first, stop = _active_slots(k, rows, cols)
+                if in_place:
+                    size = len(history)
+                    before_previous, previous, target = (history[k % size], history[(k + 1) % size],
+                                                         history[(k + 2) % size])
+                else:
+                    before_previous, previous = history[-2], history[-1]
+                q = torch.cat([previous[:, first:stop], previous[:, first + 1:stop + 1],
+                               before_previous[:, first:stop], skewed[k, :, first:stop]], -1)
+                state, update = self._cell(q, weight, bias, hidden)
+                if on_step is not None:
+                    on_step(k, state, update, first, stop)
+                if in_place:
+                    target[:, first + 1:stop + 1] = state
+                else:
+                    history.append(F.pad(state, (0, 0, first + 1, rows - stop)))
+                    if not keep:
+                        del history[0]
+        return history[2:] if keep else []
+
+    def _cell(self, q: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, hidden: torch.Tensor):
+        """One diagonal's cells: ``q [B, n, 3d + C]`` -> ``(h [B, n, d], update gates [B, n, 4, d])``."""
+        d = self.hidden_dim
+        projected = F.linear(q, weight, bias)
+        previous = q[..., : 3 * d]
+        reset = torch.sigmoid(projected[..., : 3 * d])
+        update = torch.softmax(projected[..., 3 * d: 7 * d].unflatten(-1, (4, d)), dim=-2)  # SoftmaxByRow
+        candidate = torch.tanh(torch.addmm(projected[..., 7 * d:].flatten(0, -2), (reset * previous).flatten(0, -2),
+                                           hidden.t()).view_as(projected[..., 7 * d:]))
+        state = (update[..., :3, :] * previous.unflatten(-1, (3, d))).sum(-2)
+        return torch.addcmul(state, update[..., 3, :], candidate), update
+
     def forward(self, inputs: torch.Tensor, return_gates: bool = False):
         """
         Args:
@@ -202,46 +294,72 @@ class SpatialGRU(nn.Module):
             ``(states, gates [B, M, N, 4, d])`` instead, with the gates in the order of
             :data:`UPDATE_GATES` (``z_i, z_l, z_t, z_d``).
         """
-        if inputs.dim() != 4 or inputs.shape[-1] != self.input_dim:
-            raise ValueError(f"inputs must be [B, M, N, {self.input_dim}], got {tuple(inputs.shape)}")
+        self._check(inputs)
         batch, rows, cols, _ = inputs.shape
-        d = self.hidden_dim
-        hidden_weight, input_weight = self.gates.weight.split([3 * d, self.input_dim], dim=1)
-        projected = torch.cat([F.linear(inputs, input_weight, self.gates.bias), self.candidate_input(inputs)], -1)
-        row, col, valid = _anti_diagonal_index(rows, cols, inputs.device)
-        # One gather and one unbind: indexing a diagonal per step would make every step's backward
-        # allocate a gradient the size of the whole grid.
-        diagonals = projected[:, row, col].transpose(0, 1).contiguous().unbind(0)  # K x [B, M, 8d]
-        valid = valid.unsqueeze(-1)
+        gates = []
 
-        # Slot 0 of every diagonal buffer is the zero border row i = 0. Slot i+1 holds row i.
-        border = projected.new_zeros(batch, 1, d)
-        previous = projected.new_zeros(batch, rows + 1, d)  # diagonal k-1
-        before_previous = previous  # diagonal k-2
-        states, gates = [], []
-        for k in range(rows + cols - 1):
-            top, left, diagonal = previous[:, :-1], previous[:, 1:], before_previous[:, :-1]
-            step = diagonals[k]
-            gate_logits = step[..., : 7 * d] + F.linear(torch.cat([top, left, diagonal], -1), hidden_weight)
-            reset = torch.sigmoid(gate_logits[..., : 3 * d])
-            update = torch.softmax(gate_logits[..., 3 * d :].unflatten(-1, (4, d)), dim=-2)  # SoftmaxByRow
-            reset_states = reset * torch.cat([left, top, diagonal], -1)
-            candidate = torch.tanh(step[..., 7 * d :] + self.candidate_hidden(reset_states))
-            state = (update * torch.stack([candidate, left, top, diagonal], dim=-2)).sum(-2)
-            # Cells off the grid (column outside [0, N)) must stay zero: they are the next cells' borders.
-            state = torch.where(valid[k], state, 0.0)
-            states.append(state)
-            if return_gates:
-                gates.append(update)
-            before_previous, previous = previous, torch.cat([border, state], 1)
+        def keep_gates(k, state, update, first, stop):
+            gates.append(F.pad(update[..., [3, 1, 0, 2], :], (0, 0, 0, 0, first, rows - stop)))
 
-        # Unskew: h at (i, j) sits on diagonal i + j, slot i.
+        diagonals = self._scan(inputs, rows + cols - 1, keep=True, on_step=keep_gates if return_gates else None)
+        # Unskew: h at (i, j) sits on diagonal i + j, slot i + 1.
         grid_rows = torch.arange(rows, device=inputs.device).unsqueeze(1).expand(rows, cols)
         grid_diagonals = grid_rows + torch.arange(cols, device=inputs.device).unsqueeze(0)
-        grid = torch.stack(states, 1)[:, grid_diagonals, grid_rows]
+        grid = torch.stack(diagonals, 1)[:, grid_diagonals, grid_rows + 1]
         if not return_gates:
             return grid
         return grid, torch.stack(gates, 1)[:, grid_diagonals, grid_rows]
+
+    def corners(self, inputs: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """Only the states scoring needs: each pair's ``h_mn`` at its real corner ``(m, n)``.
+
+        Equal to ``forward(inputs)[b, m - 1, n - 1]``, without keeping or unskewing the grid, and the scan
+        stops at the last diagonal a pair ends on.
+
+        Args:
+            inputs: ``[B, M, N, C]``, the interaction vectors ``s_ij``.
+            rows: ``[B]``, the real lengths ``m`` (``<= M``).
+            cols: ``[B]``, the real lengths ``n`` (``<= N``).
+
+        Returns:
+            ``[B, d]`` in ``inputs``' dtype (float32 under bfloat16 autocast for float32 inputs). A pair with
+            ``m = 0`` or ``n = 0`` gets zeros.
+
+        Example:
+            >>> gru = SpatialGRU(input_dim=10, hidden_dim=10)
+            >>> gru.corners(torch.rand(2, 3, 5, 10), torch.tensor([3, 2]), torch.tensor([5, 4])).shape
+            torch.Size([2, 10])
+        """
+        self._check(inputs)
+        batch = inputs.shape[0]
+        real = (rows > 0) & (cols > 0)
+        ends = torch.where(real, rows + cols - 2, -1).tolist()
+        slots = (rows - 1).clamp_min(0).tolist()
+        ending: dict[int, list[int]] = {}
+        for pair, k in enumerate(ends):
+            if k >= 0:
+                ending.setdefault(k, []).append(pair)
+        pieces, order = [], []
+        device = inputs.device
+
+        def take(k, state, update, first, stop):
+            if k in ending:
+                pairs = ending[k]
+                index = torch.tensor(pairs, device=device)
+                slot = torch.tensor([slots[p] - first for p in pairs], device=device)
+                pieces.append(state[index, slot])
+                order.extend(pairs)
+
+        last = max(ends) + 1 if any(k >= 0 for k in ends) else 0
+        self._scan(inputs, last, keep=False, on_step=take)
+        out = inputs.new_zeros(batch, self.hidden_dim)
+        if pieces:
+            out = out.index_put((torch.tensor(order, device=device),), torch.cat(pieces).to(out.dtype))
+        return out
+
+    def _check(self, inputs: torch.Tensor) -> None:
+        if inputs.dim() != 4 or inputs.shape[-1] != self.input_dim:
+            raise ValueError(f"inputs must be [B, M, N, {self.input_dim}], got {tuple(inputs.shape)}")
 
 
 def reference_spatial_gru(gru: SpatialGRU, s: torch.Tensor) -> torch.Tensor:
@@ -388,16 +506,10 @@ class MatchSRNNModel(nn.Module):
         """
         rows, cols = lengths_from_mask(query_mask), lengths_from_mask(doc_mask)
         cells = self.tensor_network(self.embedding(query_ids), self.embedding(doc_ids))
-        directions = [self._corner(self.forward_rnn(cells), rows, cols)]
+        directions = [self.forward_rnn.corners(cells, rows, cols)]
         if self.backward_rnn is not None:
-            directions.append(self._corner(self.backward_rnn(reverse_within_lengths(cells, rows, cols)), rows, cols))
+            directions.append(self.backward_rnn.corners(reverse_within_lengths(cells, rows, cols), rows, cols))
         return torch.cat(directions, -1)
-
-    @staticmethod
-    def _corner(states: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        pair = torch.arange(states.shape[0], device=states.device)
-        corner = states[pair, (rows - 1).clamp_min(0), (cols - 1).clamp_min(0)]
-        return torch.where(((rows > 0) & (cols > 0)).unsqueeze(-1), corner, 0.0)
 
     def forward(self, query_ids: torch.Tensor, query_mask: torch.Tensor, doc_ids: torch.Tensor,
                 doc_mask: torch.Tensor, **features) -> torch.Tensor:
