@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -27,7 +28,7 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     Raises :class:`DataFormatError` naming the file and line of the first byte sequence that is not UTF-8.
     """
     with open_binary(path) as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in _numbered(handle, path):
             if number == 1 and raw.startswith(UTF8_BOM):
                 raw = raw[len(UTF8_BOM):]
             try:
@@ -38,6 +39,16 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                     path, number, f"not valid UTF-8 (byte {bad!r} at column {error.start + 1}); expected UTF-8 text"
                 ) from None
             yield number, text.rstrip("\r\n")
+
+
+def _numbered(handle, path) -> Iterator[tuple[int, bytes]]:
+    """``enumerate(handle, start=1)``, a damaged gzip stream being a :class:`DataFormatError` at its line."""
+    number = 0
+    try:
+        for number, raw in enumerate(handle, start=1):
+            yield number, raw
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:  # truncated, not gzip, or a corrupt stream
+        raise DataFormatError(path, number + 1, f"not a readable gzip file ({type(error).__name__}: {error})") from None
 
 
 def read_text(path: str | os.PathLike) -> str:
