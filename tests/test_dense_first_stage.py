@@ -169,7 +169,8 @@ def run_cli(folder, home, *extra):
 
 @pytest.mark.parametrize("encoder", ["default", "tiny"])
 def test_cli_builds_from_an_empty_home(tiny_encoder, dataset, tmp_path, encoder):
-    """Default options (the packaged MiniLM) and the twin with the tiny model through --dense-set."""
+    """Default options (the packaged MiniLM) and the twin with the tiny model through --dense-set, which
+    also runs again on the cached index and on a damaged one (one line, exit status 2)."""
     folder = write_folder(tmp_path / "data", dataset)
     home = tmp_path / "home"
     extra = [] if encoder == "default" else ["--dense-set", f"encoder={tiny_encoder}"]
@@ -183,6 +184,7 @@ def test_cli_builds_from_an_empty_home(tiny_encoder, dataset, tmp_path, encoder)
         assert float(result.stdout.split("|")[-2]) > 0.9, result.stdout  # R@100 of 64 docs: all found
         meta = json.loads((built[0] / "dense-index.json").read_text())
         assert meta["encoder"]["name"] == "all-MiniLM-L6-v2" and meta["dim"] == 384 and meta["pooling"] == "mean"
+        return  # the twin below checks the cache and its damage with the same command line
     again, _ = run_cli(folder, home, *extra)  # the cached index serves the second run
     assert again.returncode == 0 and "encoding" not in again.stderr, again.stderr
     victim = built[0] / FAISS_FILE
