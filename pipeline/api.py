@@ -144,7 +144,7 @@ class Reranker:
                               f"{', '.join(SCORING_OPTIONS)} (model options are fixed by the model loaded)")
         if options.get("bf16") and options.get("int8"):
             raise ConfigError("Reranker.load: bf16 and int8 exclude each other")
-        loaded = _load_model(str(name_or_path), None if model is None else str(model))
+        loaded = load_model(str(name_or_path), None if model is None else str(model))
         if options.get("threads"):
             from .core.runtime import set_threads
 
@@ -246,8 +246,17 @@ def _directory_model(directory: Path) -> Any:
     return reranker_class(kind).load(directory)
 
 
-def _load_model(name_or_path: str, model: str | None) -> Any:
-    """The re-ranker object :meth:`Reranker.load` wraps (see there)."""
+def load_model(name_or_path: str, model: str | None = None) -> Any:
+    """The project's re-ranker object :meth:`Reranker.load` wraps (see there; also used by
+    :func:`pipeline.pyterrier.reranker` without a dataset).
+
+    Args:
+        name_or_path: a registered re-ranker name, a checkpoint file, or a model directory.
+        model: with a name: what to load as that re-ranker.
+
+    Returns:
+        The loaded re-ranker (``score(Query, [Doc])``, ``score_many``, ...).
+    """
     from rerankers import REGISTRY, available, reranker_class
 
     from .core.suggest import unknown_name
@@ -260,7 +269,7 @@ def _load_model(name_or_path: str, model: str | None) -> Any:
             trained = "a checkpoint (rerank-train, the model cache) or a rerank-export directory"
             zero_shot = (" or a Hugging Face sequence-classification model (directory or hub id)"
                          if name_or_path == "cross-encoder" else "")
-            raise ConfigError(f"Reranker.load({name_or_path!r}) needs model=: {trained}{zero_shot}")
+            raise ConfigError(f"re-ranker {name_or_path!r} needs model=: {trained}{zero_shot}")
         location = Path(model).expanduser()
         if location.is_file():
             found = _checkpoint_name(location)

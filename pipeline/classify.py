@@ -200,7 +200,14 @@ def labelled_pairs(dataset: Dataset, query_ids: Sequence[str], name: str, need_b
     pairs: list[tuple[str, str]] = []
     labels: list[int] = []
     unlabelled: list[tuple[str, str]] = []
-    for query_id in query_ids:
+    if dataset.pairs is not None:  # every line of pair files, a pair listed twice included with its own label
+        by_query: dict[str, list[tuple[str, str, int]]] = {}
+        for line in dataset.pairs:
+            by_query.setdefault(line[0], []).append(line)
+        lines = [line for query_id in query_ids for line in by_query.get(query_id, [])]
+        pairs = [(query_id, doc_id) for query_id, doc_id, _ in lines]
+        labels = [int(label > 0) for _, _, label in lines]
+    for query_id in (query_ids if dataset.pairs is None else ()):
         for hit in dataset.first_stage.get(query_id, []):
             label = qrels.get(query_id, {}).get(hit.doc_id)
             if label is None:

@@ -140,9 +140,10 @@ class _RerankerTransformer:
     transformer: takes a result frame with ``qid``, ``query``, ``docno`` and ``text_field`` (``score``/``rank``
     optional) and returns it with ``score`` replaced by the re-ranker's and ``rank`` recomputed (0-based, ties
     by ``docno``), sorted by query (in input order) then rank. ``batch_size``: scoring batch in pairs (default:
-    the model's ``score_batch_size``; it changes speed and memory, not the scores)."""
+    the model's ``score_batch_size``; it changes speed and memory, not the scores); ``verbose``: show a progress
+    bar while scoring (as pyterrier_t5 / pyterrier_dr's ``verbose``)."""
 
-    def __init__(self, reranker: Any, text_field: str = "text", batch_size: int | None = None):
+    def __init__(self, reranker: Any, text_field: str = "text", batch_size: int | None = None, verbose: bool = False):
         if not callable(getattr(reranker, "score", None)):
             raise ConfigError(f"RerankerTransformer needs a re-ranker with score(query, docs), got {reranker!r}")
         if batch_size is not None and batch_size < 1:
@@ -150,12 +151,24 @@ class _RerankerTransformer:
         self.reranker = reranker
         self.text_field = text_field
         self.batch_size = batch_size
+        self.verbose = bool(verbose)
 
     def __repr__(self) -> str:
         return f"RerankerTransformer({getattr(self.reranker, 'name', type(self.reranker).__name__)})"
 
     def _check(self, columns: Iterable[str]) -> None:
         hint = "add pipeline.pyterrier.text_loader(dataset) before the re-ranker"
+        columns = list(columns)
+        validate = getattr(pyterrier_module(), "validate", None)
+        if validate is not None:  # PyTerrier's own check of a result frame (pyterrier-alpha's, merged in 1.0)
+            try:
+                validate.result_frame(columns, extra_columns=["query", self.text_field], context=self)
+            except validate.InputValidationError as error:
+                missing = next((c for c in ("qid", "query", "docno", self.text_field) if c not in columns), None)
+                if missing is None:  # a requirement of PyTerrier's beyond these columns: its own message
+                    raise
+                raise MissingColumnError(missing, repr(self), columns,
+                                         hint if missing == self.text_field else "") from error
         _require(columns, ("qid", "query", "docno", self.text_field), repr(self), {self.text_field: hint})
 
     def transform_outputs(self, input_columns: list[str]) -> list[str]:
@@ -189,7 +202,7 @@ class _RerankerTransformer:
                                     f"{self.text_field!r}")
             first.setdefault(qid, []).append(ScoredDoc(qid, docno, 0.0))
         frame = Dataset(FRAME_NAME, queries, [], lambda: docs.values(), "", _store=docs)
-        scored = rerank(self.reranker, frame, first, batch_size=self.batch_size)
+        scored = rerank(self.reranker, frame, first, batch_size=self.batch_size, progress=self.verbose)
         # rerank keeps each query's candidates in their order: walk the rows the same way to pair them up
         position = {qid: iter(hits) for qid, hits in scored.items()}
         scores = [next(position[qid]).score for qid in inp["qid"].astype(str)]
@@ -323,11 +336,23 @@ def _run_config(dataset: Dataset, options: Mapping[str, Any], **fields: Any) -> 
     return RunConfig(dataset=dataset.name, **fields, **options)
 
 
-def reranker(name: str, dataset: str | Dataset, text_field: str = "text", **options: Any):
+#: the options :func:`reranker` takes without a dataset (a model is loaded, nothing is trained)
+ZERO_SHOT_OPTIONS = ("model", "batch_size", "int8", "bf16", "threads", "seed")
+
+
+def reranker(name: str, dataset: str | Dataset | None = None, text_field: str = "text", batch_size: int | None = None,
+             verbose: bool = False, **options: Any):
     """A :class:`RerankerTransformer` of re-ranker ``name``, obtained as ``python -m pipeline.run --reranker
     NAME --dataset DATASET`` obtains it: with ``model=PATH_OR_NAME`` that checkpoint (or, for the bi-encoder,
     a pre-trained sentence encoder used zero-shot, e.g. ``model="all-MiniLM-L6-v2"``); otherwise the cached
     models of the dataset's protocol, trained now when missing (:func:`pipeline.model_cache.obtain_reranker`).
+
+    Without ``dataset``, nothing is trained: ``model=`` is loaded as :func:`pipeline.api.load_model` loads it (a
+    checkpoint, an export directory, a Hugging Face cross-encoder directory or hub id, a sentence encoder for
+    the bi-encoder, whose default is the packaged all-MiniLM-L6-v2), e.g.
+    ``ptx.reranker("cross-encoder", model="cross-encoder-dir")``; only ``model``, ``batch_size``, ``int8``,
+    ``bf16``, ``threads`` and ``seed`` apply then. ``batch_size``: scoring batch in pairs; ``verbose``: a
+    progress bar while scoring.
 
     ``options`` are :class:`~pipeline.config.RunConfig` fields (``seed``, ``folds``, ``split``, ``k``,
     ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``bf16``, ``overrides`` as ``("epochs=3", ...)`` or
@@ -336,6 +361,10 @@ def reranker(name: str, dataset: str | Dataset, text_field: str = "text", **opti
     candidates it will re-rank: the same first stage and ``k`` as the pipeline's.
     """
     pyterrier_module()  # before any training: fail at once when the result could not be used
+    if batch_size is not None:
+        options["batch_size"] = batch_size
+    if dataset is None:
+        return _zero_shot_reranker(name, text_field, verbose, options)
     data = _dataset(dataset, options.get("mirror"))
     config = _run_config(data, options, reranker=name)
     if not config.reranking:
@@ -347,7 +376,32 @@ def reranker(name: str, dataset: str | Dataset, text_field: str = "text", **opti
     set_threads(config.threads)
     model = cls.load(config.model) if config.model else obtain_reranker(config, data)
     set_scoring_arithmetic(model, config)
-    return transformer_class("RerankerTransformer")(model, text_field=text_field, batch_size=config.batch_size)
+    return transformer_class("RerankerTransformer")(model, text_field=text_field, batch_size=config.batch_size,
+                                                    verbose=verbose)
+
+
+def _zero_shot_reranker(name: str, text_field: str, verbose: bool, options: Mapping[str, Any]):
+    """:func:`reranker` without a dataset: the model given (see there) loaded, nothing trained."""
+    from .api import load_model
+
+    extra = sorted(set(options) - set(ZERO_SHOT_OPTIONS))
+    if extra:
+        raise ConfigError(f"reranker({name!r}): {', '.join(extra)} need(s) dataset= (a model to train or find in "
+                          f"the cache); without a dataset only {', '.join(ZERO_SHOT_OPTIONS)} apply")
+    config = RunConfig(dataset="(no dataset)", reranker=name, **options)  # checks the name, batch size, ...
+    if not config.reranking:
+        raise ConfigError("reranker: 'none' is no re-ranker; leave the re-ranker out of the pipeline instead")
+    if config.model is None and name != "bi-encoder":
+        zero_shot = ", a Hugging Face cross-encoder (directory or hub id)" if name == "cross-encoder" else ""
+        raise ConfigError(f"reranker({name!r}): give dataset= (the model pipeline.run trains or finds cached for "
+                          f"it) or model= (a checkpoint, a rerank-export directory{zero_shot})")
+    check_scoring_arithmetic(config, reranker_class(name))
+    seed_everything(config.seed)
+    set_threads(config.threads)
+    model = load_model(name, config.model)
+    set_scoring_arithmetic(model, config)
+    return transformer_class("RerankerTransformer")(model, text_field=text_field, batch_size=config.batch_size,
+                                                    verbose=verbose)
 
 
 def first_stage(name: str, dataset: str | Dataset, k: int = 1000, **options: Any):

@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Sequence
 
-from pipeline.core.progress import tqdm
+from pipeline.core.progress import progress_switch, tqdm
 
 from indexes import make_first_stage
 
@@ -33,7 +33,8 @@ def retrieve(dataset: Dataset, first_stage: str = "auto", k: int = 1000, queries
 RERANK_CHUNK_PAIRS = 4096
 
 
-def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, batch_size: int | None = None) -> Run:
+def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, batch_size: int | None = None,
+           progress: bool = True) -> Run:
     """Re-score every query's first-stage candidates with ``reranker`` (``None`` returns ``first`` unchanged).
 
     The result holds exactly the first stage's candidates for each query, with the re-ranker's scores.
@@ -41,7 +42,8 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
     chunks of about :data:`RERANK_CHUNK_PAIRS` pairs, each chunk's pairs batched across its queries (full
     batches of pairs of about one length instead of one batch per query); otherwise query by query.
     ``batch_size`` is the scoring batch in pairs (default: the model's ``score_batch_size``); it changes the
-    speed and memory of scoring, not the scores, and is not part of any model.
+    speed and memory of scoring, not the scores, and is not part of any model. ``progress=False`` shows no
+    progress bar (PyTerrier's ``verbose=False``).
     """
     if reranker is None:
         return first
@@ -68,7 +70,8 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
     # under torchrun, chunk i is scored by rank i % world: each chunk exactly as one process scores it
     chunks = [chunk for chunk in chunks if chunk]
     mine = chunks[distributed.rank()::distributed.world_size()]
-    with tqdm(total=sum(map(len, mine)), desc=f"re-ranking with {reranker.name}", unit="query") as bar:
+    with tqdm(total=sum(map(len, mine)), desc=f"re-ranking with {reranker.name}", unit="query",
+              **progress_switch(progress)) as bar:
         for chunk in mine:
             items = [(dataset.queries[q], [store[h.doc_id] for h in first[q]]) for q in chunk]
             if score_many is None:

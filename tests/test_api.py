@@ -122,7 +122,7 @@ def test_scoring_options(classifier):
 def test_mistakes_are_clear_errors(dataset, tmp_path, classifier):
     with pytest.raises(ConfigError, match="unknown re-ranker 'knrn'; did you mean 'knrm'?"):
         Reranker.load("knrn")
-    with pytest.raises(ConfigError, match=r"Reranker.load\('knrm'\) needs model="):
+    with pytest.raises(ConfigError, match="re-ranker 'knrm' needs model="):
         Reranker.load("knrm")
     path = tmp_path / "knrm.pt"
     word_model("knrm", dataset).save(path)
@@ -169,3 +169,39 @@ def test_two_models_never_write_the_same_run(tmp_path, classifier, monkeypatch, 
     assert written[0] != written[1] and written[0] == written[2], written
     assert all("-model.model." in Path(path).name for path in written)
     assert len(list((tmp_path / "runs").glob("*.run"))) == 2
+
+
+# ------------------------------------------------------------------------------------------- PyTerrier
+
+
+def test_pyterrier_zero_shot_reranker_needs_no_dataset(classifier, caplog):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyterrier")
+    from pipeline import pyterrier as ptx
+
+    query = "who founded the power station band"
+    texts = ["power station band", "tigers in the forest", "the band"]
+    frame = pd.DataFrame({"qid": ["1"] * 3, "query": [query] * 3, "docno": ["a", "b", "c"], "text": texts})
+    expected = Reranker.load("cross-encoder", model=classifier).score(query, texts)
+
+    caplog.set_level("INFO", logger="pipeline.progress")  # off a terminal, progress is a log line
+    quiet = ptx.reranker("cross-encoder", model=classifier, batch_size=2)
+    assert quiet.batch_size == 2 and quiet.verbose is False
+    scored = quiet.transform(frame)
+    close(expected, [scored.set_index("docno").loc[d, "score"] for d in ("a", "b", "c")])
+    assert "re-ranking with" not in caplog.text  # verbose=False: no progress
+
+    loud = ptx.reranker("cross-encoder", model=classifier, verbose=True)
+    (loud % 2).transform(frame)
+    assert "re-ranking with cross-encoder: 100% 1/1 query" in caplog.text  # verbose=True: progress shown
+
+    with pytest.raises(ptx.MissingColumnError, match="no 'text' column.*text_loader"):
+        quiet.transform(frame.drop(columns=["text"]))
+    with pytest.raises(ptx.MissingColumnError, match="no 'query' column"):
+        quiet.transform(frame.drop(columns=["query"]))
+    with pytest.raises(ConfigError, match="give dataset=.*or model="):
+        ptx.reranker("knrm")
+    with pytest.raises(ConfigError, match="folds need.* dataset="):
+        ptx.reranker("cross-encoder", model=classifier, folds=3)
+    with pytest.raises(ConfigError, match="did you mean 'cross-encoder'"):
+        ptx.reranker("cross-encodr", model=classifier)

@@ -132,7 +132,6 @@ def test_pair_folder_missing_file(tmp_path):
     ("a.toks", [("q", "d1", "1", "1"), ("other", "d2", "1", "0")], "two different texts"),
     ("id.txt", [("q", "d1", "1", "1"), ("q", "d2", "1 0 x", "0")], "expected"),
     ("id.txt", [("q", "d1", "1 Q0 a 1 2 t", "1"), ("q", "d2", "1 Q0 b 2 two t", "0")], "not a number"),
-    ("id.txt", [("q", "d1", "1 0 a 1", "1"), ("q", "d2", "1 0 a 0", "0")], "duplicate pair"),
     ("sim.txt", [("q", "d1", "1", "1"), ("q", "d2", "1", "yes")], "not a number"),
 ])
 def test_malformed_pair_line(tmp_path, file_name, rows, message):

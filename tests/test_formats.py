@@ -382,7 +382,6 @@ def test_wikiqa_tsv(tmp_path):
 @pytest.mark.parametrize("rows, line, message", [
     (["Q1\tq\tD1\tt\tD1-0\ts\t1", "Q1\tq\tD1\tt\tD1-1\ts"], 3, "expected 7 tab-separated columns"),
     (["Q1\tq\tD1\tt\tD1-0\ts\tyes"], 2, "not a number"),
-    (["Q1\tq\tD1\tt\tD1-0\ts\t1", "Q1\tq\tD1\tt\tD1-0\ts\t0"], 3, "duplicate pair"),
 ])
 def test_malformed_wikiqa_tsv(tmp_path, rows, line, message):
     path = wikiqa_tsv(tmp_path / "WikiQA-train.tsv", rows)

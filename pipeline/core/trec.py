@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import math
 import os
 import re
@@ -21,6 +22,8 @@ from .atomic import atomic_write
 from .errors import ConfigError, DataFormatError
 from .records import Doc, Qrel, Query, Run, ScoredDoc, ranked
 from .textio import iter_lines
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------- topics
 
@@ -284,7 +287,30 @@ QRELS_FORMATS = (
     "TREC, 4 columns 'query_id iteration doc_id relevance' ('301 0 FBIS3-10082 1')",
     "3 columns 'query_id doc_id relevance' ('301 FBIS3-10082 1')",
     "BEIR TSV: a header 'query-id<TAB>corpus-id<TAB>score', then 3 columns ('301<TAB>FBIS3-10082<TAB>1')",
+    "SMART relevance files (CISI.REL, CACM qrels.text): 'query_id doc_id 0 0.000000' on every line, each listed "
+    "document relevant ('1     28 0 0.000000')",
 )
+
+
+def is_smart_qrels(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds SMART relevance judgments (``CISI.REL``, CACM's ``qrels.text``): four columns
+    ``query_id doc_id 0 0`` on every line, the last written ``0`` or ``0.000000``. Read as TREC qrels they
+    would swap the document into the iteration column and judge document ``0`` irrelevant for every query;
+    no TREC qrels file looks like this (every judgment of one document ``0`` with relevance 0)."""
+    found = False
+    for _, text in iter_lines(path):
+        parts = text.split()
+        if not parts:
+            continue
+        if len(parts) != 4 or parts[2] != "0":
+            return False
+        try:
+            if float(parts[3]) != 0.0:
+                return False
+        except ValueError:
+            return False
+        found = True
+    return found
 _QRELS_LAYOUTS = {4: "4 columns 'query_id iteration doc_id relevance'", 3: "3 columns 'query_id doc_id relevance'"}
 #: names a header line's last column may have (BEIR writes 'query-id corpus-id score')
 _HEADER_WORDS = {"score", "relevance", "rel", "label", "grade", "judgment", "judgement"}
@@ -303,6 +329,10 @@ def read_qrels(path: str | os.PathLike) -> list[Qrel]:
     width = None
     first_line = None
     header_checked = False
+    smart = is_smart_qrels(path)
+    if smart:
+        log.info("%s: SMART relevance judgments ('query_id doc_id 0 0' per line): every listed document is "
+                 "relevant to its query", path)
     for number, text in iter_lines(path):
         parts = text.split()
         if not parts:
@@ -324,7 +354,10 @@ def read_qrels(path: str | os.PathLike) -> list[Qrel]:
             raise DataFormatError(
                 path, number, f"expected {_QRELS_LAYOUTS[width]} like line {first_line}, got {len(parts)}: {text[:80]!r}"
             )
-        if width == 4:
+        if smart:  # SMART's record ids are plain numbers ('.I 1'); CACM's qrels write them '01'
+            query_id, doc_id = (str(int(x)) if x.isdigit() else x for x in parts[:2])
+            iteration, relevance = "0", "1"
+        elif width == 4:
             query_id, iteration, doc_id, relevance = parts
         else:
             (query_id, doc_id, relevance), iteration = parts, "0"
@@ -563,17 +596,22 @@ def _smart_records(path, lines) -> Iterator[tuple[int, str, dict[str, str]]]:
 
     A line that is only ``.X`` (one capital letter, e.g. ``.T`` title, ``.A`` authors, ``.B`` source, ``.W``
     body) starts field X; ``.I id`` starts a record. Text before the first ``.I`` and an ``.I`` without an id
-    are errors naming the line."""
+    are errors naming the line, except a last ``.I`` without an id and nothing after it (found at the end of
+    a common copy of CISI), which is skipped with a warning."""
     record: tuple[int, str, dict[str, list[str]]] | None = None
     field: str | None = None
+    nameless: int | None = None  # the line of an '.I' without an id: an error unless nothing follows it
     for number, text in lines:
+        if nameless is not None and text.strip():
+            raise DataFormatError(path, nameless, "'.I' without an id; expected '.I <id>' to start a record")
         marker = _SMART_MARKER.match(text)
         if marker and marker.group(1) == "I":
             if record is not None:
                 yield record[0], record[1], {k: " ".join(v) for k, v in record[2].items()}
             identifier = (marker.group(2) or "").strip()
             if not identifier:
-                raise DataFormatError(path, number, "'.I' without an id; expected '.I <id>' to start a record")
+                nameless, record, field = number, None, None
+                continue
             record, field = (number, check_id(path, number, "record", identifier), {}), None
         elif marker:
             if record is None:
@@ -590,6 +628,8 @@ def _smart_records(path, lines) -> Iterator[tuple[int, str, dict[str, str]]]:
             record[2][field].append(text.strip())
     if record is not None:
         yield record[0], record[1], {k: " ".join(v) for k, v in record[2].items()}
+    if nameless is not None:
+        log.warning("%s:%d: '.I' without an id and nothing after it at the end of the file; skipped", path, nameless)
 
 
 def _smart_docs(path, lines) -> Iterator[tuple[int, Doc]]:

@@ -52,6 +52,9 @@ class Dataset:
     source: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     _store: dict[str, Doc] | None = field(default=None, repr=False)
+    #: pair data only: every ``(query_id, doc_id, label)`` line in file order, duplicates included (pair
+    #: classification scores each line; ranking uses ``first_stage`` and ``qrels``, where they are merged)
+    pairs: list[tuple[str, str, int]] | None = field(default=None, repr=False)
 
     def docs_iter(self) -> Iterator[Doc]:
         """Iterate over all documents of the collection."""
@@ -81,6 +84,7 @@ class Dataset:
             splits={s: [q for q in qids if q in keep] for s, qids in self.splits.items()},
             first_stage=None if self.first_stage is None else {q: r for q, r in self.first_stage.items() if q in keep},
             _store=self._store,
+            pairs=None if self.pairs is None else [p for p in self.pairs if p[0] in keep],
         )
 
 

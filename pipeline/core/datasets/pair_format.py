@@ -3,9 +3,10 @@ TrecQA and HCAN's Microblog candidates ship in, and WikiQA's own TSV files (what
 a :class:`~pipeline.core.datasets.dataset.Dataset`."""
 from __future__ import annotations
 
+import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -17,19 +18,24 @@ from ..textio import iter_lines
 from .dataset import Dataset
 from .fingerprint import files_fingerprint
 
+log = logging.getLogger(__name__)
+
 #: the four line-aligned files of one pair folder: query text, candidate text, ids, label
 PAIR_FILES = ("a.toks", "b.toks", "id.txt", "sim.txt")
 
 
 @dataclass
 class PairSplit:
-    """One folder of line-aligned pairs: a query and one candidate (full text) per line."""
+    """One folder of line-aligned pairs: a query and one candidate (full text) per line. ``labels`` and ``run``
+    hold each (query, doc) once (a pair listed on several lines merged: its first place, its highest label);
+    ``pairs`` holds every line's ``(query_id, doc_id, label)``, as pair classification scores them."""
 
     name: str
     queries: dict[str, Query]
     docs: dict[str, Doc]
     labels: list[Qrel]
     run: Run
+    pairs: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 #: the layouts of ``id.txt`` lines, by number of columns (quoted in its errors)
@@ -147,9 +153,11 @@ def _pair_split(name: str, rows: list[_Row], query_file: Path, id_file: Path, lo
     query texts and ``id_file`` for ids)."""
     queries: dict[str, Query] = {}
     docs: dict[str, Doc] = {}
-    labels: list[Qrel] = []
     run: Run = {}
-    seen_pairs: set[tuple[str, str]] = set()
+    label_of: dict[tuple[str, str], int] = {}  # each (query, doc) once, in file order: the ranking's judgments
+    lines: list[tuple[str, str, int]] = []
+    merged = 0
+    conflicts: list[tuple[str, str, int, int, int]] = []  # query, doc, line, its label, the earlier label
     per_query_count: dict[str, int] = {}
     for row in rows:
         qid = row.qid
@@ -167,14 +175,27 @@ def _pair_split(name: str, rows: list[_Row], query_file: Path, id_file: Path, lo
             queries[qid] = Query(check_id(id_file, row.line, "query", qid), query_text)
         elif known.text != query_text:
             raise DataFormatError(query_file, row.line, f"query {qid!r} has two different texts in one folder")
-        if (qid, docid) in seen_pairs:
-            raise DataFormatError(id_file, row.line, f"duplicate pair: doc {docid!r} listed twice for query {qid!r}")
-        seen_pairs.add((qid, docid))
+        lines.append((qid, docid, row.label))
+        if (qid, docid) in label_of:  # a pair listed again: one candidate for ranking, one more line to classify
+            merged += 1
+            if label_of[(qid, docid)] != row.label:
+                conflicts.append((qid, docid, row.line, row.label, label_of[(qid, docid)]))
+                label_of[(qid, docid)] = max(label_of[(qid, docid)], row.label)
+            continue
+        label_of[(qid, docid)] = row.label
         if docid not in docs:
             docs[docid] = Doc(docid, " ".join(row.doc_text.split()))
-        labels.append(Qrel(qid, docid, row.label))
         run.setdefault(qid, []).append(ScoredDoc(qid, docid, row.score if row.score is not None else -float(position)))
-    return PairSplit(name, queries, docs, labels, run)
+    labels = [Qrel(qid, docid, label) for (qid, docid), label in label_of.items()]
+    if merged:
+        log.info("%s: %d duplicate (query, doc) line(s) merged into one candidate each for ranking (pair "
+                 "classification keeps every line)", id_file, merged)
+    if conflicts:
+        qid, docid, line, label, earlier = conflicts[0]
+        log.warning("%s: %d duplicate (query, doc) line(s) disagree with an earlier line's label, e.g. line %d: "
+                    "query %r doc %r labelled %d, earlier %d; ranking judges such a pair by its highest label, "
+                    "classification each line by its own", id_file, len(conflicts), line, qid, docid, label, earlier)
+    return PairSplit(name, queries, docs, labels, run, lines)
 
 
 def read_wikiqa_tsv(path: str | os.PathLike, split: str = "", qid_prefix: str = "") -> PairSplit:
@@ -273,8 +294,10 @@ def pair_dataset(
     qrels_files = list(qrels_files)
     if qrels_files:
         qrels = [q for path in qrels_files for q in trec.read_qrels(path) if q.query_id in queries]
+        pairs = None  # judged by the qrels files, not line by line: classification pairs come from the run
     else:
         qrels = labels
+        pairs = [line for part in parts for line in part.pairs]
     files = [file for split_path in map(Path, split_folders.values())
              for file in ([split_path] if split_path.is_file() else [split_path / n for n in PAIR_FILES])] + qrels_files
     return Dataset(
@@ -287,4 +310,5 @@ def pair_dataset(
         first_stage=run,
         source=source or ", ".join(str(f) for f in split_folders.values()),
         _store=docs,
+        pairs=pairs,
     )
