@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from indexes import BM25Settings, make_first_stage
+from indexes import BM25Settings
 from rerankers import reranker_class
 
 from .config import RunConfig
+from .context import FirstStageContext
 from .core.home import model_root
 from .core.datasets import Dataset
 from .core.errors import ConfigError
@@ -76,17 +77,22 @@ class TrainingPlan:
 
 
 def training_plan(config: RunConfig, dataset: Dataset, split: str | None = None,
-                  folds: Sequence[Fold] | None = None) -> TrainingPlan:
+                  folds: Sequence[Fold] | None = None, options: Mapping[str, Any] | None = None,
+                  first_stage: str | None = None, k: int | None = None) -> TrainingPlan:
     """The :class:`TrainingPlan` of ``config`` on ``dataset``: the protocol for test split ``split`` (default:
     ``--split``, else the recipe's) unless ``folds`` are given, the checked model options, the first stage
-    and the candidate depth. Bad options are a :class:`ConfigError`; nothing is retrieved or trained."""
+    and the candidate depth (each settled here unless the caller, such as :func:`pipeline.plan.plan_run`,
+    already settled it). Bad options are a :class:`ConfigError`; nothing is retrieved or trained."""
     if not config.reranking:
         raise ConfigError("--reranker: choose a re-ranker to train; 'none' has nothing to train")
-    options = model_options(config, dataset, reranker_class(config.reranker))
+    if options is None:
+        options = model_options(config, dataset, reranker_class(config.reranker))
     if folds is None:
         folds = make_protocol(dataset, split or run_split(config, dataset), config.seed, config.folds)
-    return TrainingPlan(config.reranker, list(folds), options, config.seed, first_stage_name(config, dataset),
-                        candidate_depth(config, dataset), config.first_stage_settings(), config.retrain)
+    return TrainingPlan(config.reranker, list(folds), options, config.seed,
+                        first_stage or first_stage_name(config, dataset),
+                        k if k is not None else candidate_depth(config, dataset), config.first_stage_settings(),
+                        config.retrain)
 
 
 @dataclass
@@ -101,17 +107,19 @@ class FoldModel:
     report: Any = None
 
 
-def training_candidates(plan: TrainingPlan, dataset: Dataset) -> Run:
-    """The first stage's top ``plan.k`` for every training and dev query of the plan's folds."""
-    retriever = make_first_stage(plan.first_stage, dataset, plan.settings)
+def training_candidates(plan: TrainingPlan, dataset: Dataset, context: FirstStageContext | None = None) -> Run:
+    """The first stage's top ``plan.k`` for every training and dev query of the plan's folds, from the run's
+    ``context`` (its first stage built once, each query retrieved once) or a new one."""
+    context = context or FirstStageContext(dataset, plan.first_stage, plan.settings)
     wanted = sorted({q for fold in plan.folds for q in [*fold.train, *fold.dev]})
-    return retriever.search([dataset.queries[q] for q in wanted], plan.k)
+    return context.search([dataset.queries[q] for q in wanted], plan.k)
 
 
-def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True) -> Iterator[FoldModel]:
+def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True,
+                context: FirstStageContext | None = None) -> Iterator[FoldModel]:
     """Each fold's model, fold by fold: the cached checkpoint (loaded unless ``load_cached`` is false), else
-    a model trained now on the plan's candidates (retrieved once, at the first fold that needs them) and
-    saved where the cache will find it."""
+    a model trained now on the plan's candidates (retrieved once, at the first fold that needs them, through
+    the run's ``context`` when given) and saved where the cache will find it."""
     cls = reranker_class(plan.reranker)
     candidates: Run | None = None
     missing = [fold.name for fold in plan.folds
@@ -131,17 +139,18 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True) 
             yield FoldModel(fold, path, reranker, cached=cached)
             continue
         if candidates is None:
-            candidates = training_candidates(plan, dataset)
+            candidates = training_candidates(plan, dataset, context)
         log.info("training %s on %s (%d train, %d dev queries) -> %s", plan.reranker, fold.name,
                     len(fold.train), len(fold.dev), path)
         reranker, report = train_fold(plan.reranker, dataset, fold, candidates, plan.options, plan.seed, path)
         yield FoldModel(fold, path, reranker, report=report)
 
 
-def trained_reranker(plan: TrainingPlan, dataset: Dataset):
-    """The plan's re-ranker, cached models loaded and missing ones trained: the model itself for one fold,
-    else a :class:`PerQueryReranker` sending each test query to the model trained without it."""
-    models = list(fold_models(plan, dataset))
+def trained_reranker(plan: TrainingPlan, dataset: Dataset, context: FirstStageContext | None = None):
+    """The plan's re-ranker, cached models loaded and missing ones trained (candidates from the run's
+    ``context`` when given): the model itself for one fold, else a :class:`PerQueryReranker` sending each test
+    query to the model trained without it."""
+    models = list(fold_models(plan, dataset, context=context))
     if len(models) == 1:
         return models[0].reranker
     return PerQueryReranker(plan.reranker, {q: model.reranker for model in models for q in model.fold.test})

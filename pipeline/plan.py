@@ -18,6 +18,7 @@ from .core.records import Query
 from .fusion import check_tunable
 from .model_cache import TrainingPlan, training_plan
 from .naming import run_names
+from .presets import resolve_auto
 from .protocols import Fold, make_protocol
 from .resolve import candidate_depth, check_scoring_arithmetic, first_stage_name, interpolation, metric_list, model_options, run_split
 
@@ -79,11 +80,13 @@ def searches_a_pool(dataset: Dataset, first_stage: str) -> bool:
 
 def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
     """The :class:`RunPlan` of ``config`` on ``dataset``. Loads the re-ranker's class (not a model) and builds
-    its configs to check the model options; reads no documents, retrieves and trains nothing."""
+    its configs to check the model options; reads no documents, retrieves and trains nothing. ``--reranker
+    auto`` is settled here (:func:`pipeline.presets.resolve_auto`): the plan's config names the chosen model."""
+    config = resolve_auto(config, dataset)
     cls = reranker_class(config.reranker)
     check_scoring_arithmetic(config, cls)
-    if cls is not None:
-        model_options(config, dataset, cls)  # also with --model: an unknown option is a mistake either way
+    # also with --model: an unknown option is a mistake either way
+    options = model_options(config, dataset, cls) if cls is not None else None
     split = run_split(config, dataset)
     k = candidate_depth(config, dataset)
     metrics = metric_list(config, dataset, k)
@@ -100,7 +103,7 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
         if weight == "auto":
             check_tunable(folds, dataset.qrels)
         if not config.model:
-            training = training_plan(config, dataset, split, folds)
+            training = training_plan(config, dataset, split, folds, options, first_stage, k)
     depth = 0 if config.rerank_depth >= k else config.rerank_depth
     pool = searches_a_pool(dataset, first_stage)
     # a dataset with splits run on all its queries says so: it is not the test split's run

@@ -52,7 +52,7 @@ def guarded(monkeypatch, tmp_path):
         raise WorkStarted("retrieval or training started before every option was checked")
 
     monkeypatch.setattr("pipeline.stages.make_first_stage", no_work)
-    monkeypatch.setattr("pipeline.model_cache.make_first_stage", no_work)
+    monkeypatch.setattr("indexes.make_first_stage", no_work)  # the run's FirstStageContext builds through it
     monkeypatch.setattr("pipeline.model_cache.train_fold", no_work)
     return tmp_path
 

@@ -1,0 +1,107 @@
+"""One run builds its first stage once and retrieves each query once (pipeline.context): a k-fold run with a
+re-ranker to train and a combination weight to tune needs candidates for its test queries, its training and
+dev queries, and each fold's dev queries again; all of them come from one :class:`FirstStageContext`."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import indexes
+import rerankers
+from pipeline.context import FirstStageContext
+from pipeline.core.plugins import Registry
+from pipeline.core.records import ScoredDoc
+from pipeline.run import parse_config, run_pipeline
+from tests.helpers import tiny_dataset
+
+WORDS = ("apple river mountain music doctor garden winter ocean teacher window city dog cat bread train forest "
+         "paper summer energy market").split()
+
+
+class WordShare:
+    """A minimal plugin re-ranker (the share of the query's words a document holds)."""
+
+    name = "word-share"
+
+    def score(self, query, docs):
+        words = set(query.text.split())
+        return [len(words & set(doc.text.split())) / len(words) for doc in docs]
+
+    def fit(self, train, dev=None, state_path=None):
+        return None
+
+    def save(self, path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"reranker": self.name}))
+
+    @classmethod
+    def load(cls, path):
+        return cls()
+
+
+class Counting:
+    """A plugin first stage that counts how often it is built and how often each query is searched."""
+
+    builds = 0
+    searched: Counter = Counter()
+
+    def __init__(self, dataset):
+        type(self).builds += 1
+        self.name = "counting"
+        self.docs = [doc.doc_id for doc in dataset.docs_iter()]
+
+    def search(self, queries, k=1000):
+        run = {}
+        for query in queries:
+            type(self).searched[query.query_id] += 1
+            run[query.query_id] = [ScoredDoc(query.query_id, d, -float(r)) for r, d in enumerate(self.docs[:k])]
+        return run
+
+
+@pytest.fixture
+def counting(monkeypatch, tmp_path):
+    monkeypatch.setattr(rerankers, "REGISTRY", Registry("re-ranker", "neural_rerank.rerankers", rerankers.BUILTIN))
+    monkeypatch.setattr(indexes.registry, "REGISTRY", Registry("first stage", "neural_rerank.first_stages"))
+    rerankers.register("word-share", WordShare)
+    indexes.registry.register("counting", lambda dataset, settings: Counting(dataset))
+    Counting.builds, Counting.searched = 0, Counter()
+    dataset = tiny_dataset(WORDS, num_queries=40)
+    dataset.splits = {}  # no splits: k-fold cross-validation by query
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PIPELINE_MODEL_DIR", raising=False)
+    return dataset
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")
+def test_a_k_fold_run_builds_its_first_stage_once_and_retrieves_each_query_once(counting, tmp_path):
+    result = run_pipeline(parse_config(["--dataset", "tiny", "--reranker", "word-share", "--first-stage", "counting",
+                                        "--folds", "5", "--interpolate", "auto", "--k", "8", "--metrics", "AP",
+                                        "--output-dir", str(tmp_path / "runs")]))
+    assert len(result.run) == 40                        # every query is some fold's test query
+    assert Counting.builds == 1                          # was 7 with 5 folds: test, training, one per fold's tuning
+    assert set(Counting.searched) == set(counting.queries) and set(Counting.searched.values()) == {1}
+    # a second run loads the cached models and tunes again: one build, every query once more
+    Counting.builds, Counting.searched = 0, Counter()
+    run_pipeline(parse_config(["--dataset", "tiny", "--reranker", "word-share", "--first-stage", "counting",
+                               "--folds", "5", "--k", "8", "--metrics", "AP", "--output-dir", str(tmp_path / "runs")]))
+    assert Counting.builds == 1 and set(Counting.searched.values()) == {1}
+
+
+def test_the_context_answers_shallower_requests_from_deeper_ones_and_retrieves_deeper_ones_again(monkeypatch):
+    monkeypatch.setattr(indexes.registry, "REGISTRY", Registry("first stage", "neural_rerank.first_stages"))
+    indexes.registry.register("counting", lambda data, settings: Counting(data))
+    dataset = tiny_dataset(WORDS)
+    Counting.builds, Counting.searched = 0, Counter()
+    context = FirstStageContext(dataset, "counting")
+    queries = list(dataset.queries.values())
+    deep = context.search(queries[:4], 10)
+    shallow = context.search(queries[:4], 3)
+    assert all(shallow[q] == deep[q][:3] for q in shallow)
+    assert Counting.searched == Counter({q.query_id: 1 for q in queries[:4]})
+    context.search(queries[2:6], 20)                      # deeper for two, new for two: all four searched
+    assert [Counting.searched[q.query_id] for q in queries[:6]] == [1, 1, 2, 2, 1, 1]
+    assert context.builds == Counting.builds == 1
