@@ -99,7 +99,9 @@ class RunConfig:
                           "TREC Microblog, HCAN's own data, re-ranking 2014 with models trained on 2011-2013)")
     split: str | None = option(None, "run only this split's queries (e.g. test, 2013, raw-test); with a "
                                "re-ranker, the protocol's test split (default: the dataset's)")
-    reranker: str = option("none", lambda: f"re-ranker: {', '.join(reranker_names())} (default: none)", metavar="NAME")
+    reranker: str = option("none", lambda: f"re-ranker: {', '.join(reranker_names())}, or auto: the recommended "
+                           "pipeline for the collection (the zero-shot bi-encoder combined with the first stage, or "
+                           "the collection's measured best; docs/recommendations.md) (default: none)", metavar="NAME")
     first_stage: str = option("auto", lambda: f"first stage: {', '.join(first_stage_names())} (default: auto)",
                               metavar="NAME")
     k: int | None = option(None, "candidates per query from the first stage, at least 1 (default: the dataset's, "
@@ -169,7 +171,7 @@ class RunConfig:
     def check(self) -> None:
         """Every check that needs no dataset; the first failing one is a :class:`ConfigError`."""
         known = reranker_names()
-        if self.reranker not in known:
+        if self.reranker not in known and self.reranker != "auto":  # auto: settled per dataset (pipeline.presets)
             raise ConfigError(f"--reranker: {unknown_name('re-ranker', self.reranker, known)}")
         try:
             check_first_stage(self.first_stage)

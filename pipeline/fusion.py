@@ -8,11 +8,15 @@ interpolation of the two score lists after normalising each to [0, 1]::
     score(d) = w * minmax(first_stage)(d) + (1 - w) * minmax(reranker)(d)
 
 ``w = 0`` is the re-ranker alone and ``w = 1`` the first stage. :func:`tune_weight` picks ``w`` on held-out
-queries (never the ones it is applied to).
+queries (never the ones it is applied to). ``--interpolate auto`` uses :func:`choose_weight`, which keeps the
+tuned weight only when tuning's gain over the first stage, cross-validated inside the tuning queries, clears
+its own noise, and otherwise falls back to ``w = 1``: the combination is never an unproven bet against the
+first stage (docs/recommendations.md).
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .core.errors import ConfigError, PipelineError
@@ -97,17 +101,168 @@ def check_tunable(folds, qrels: Iterable[Qrel] | None = None) -> None:
                               f"interpolation weight on; give a fixed weight (--interpolate 0.5)")
 
 
-def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP"
-                 ) -> dict[str, float]:
-    """``query_id -> weight`` for every test query of ``folds``: each fold's weight is tuned on that fold's
-    dev queries (re-ranked by the fold's own model), so no weight is chosen on the queries it scores."""
+#: one-sided level at which the held-out gain of tuning must beat the first stage for ``--interpolate auto``
+#: to keep the re-ranker's weight (otherwise the first stage alone, ``w = 1``, is kept)
+SAFE_LEVEL = 0.05
+#: fewest judged tuning queries with which a tuned weight can be kept at all (fewer: the first stage)
+MIN_TUNING_QUERIES = 5
+
+
+def per_query_values(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str = "AP",
+                     grid: Sequence[float] = DEFAULT_GRID) -> dict[float, dict[str, float]]:
+    """``weight -> {query_id -> metric}`` of the interpolation at every weight of ``grid``, over the judged
+    queries of ``reranked`` (a judged query the metric skips counts 0).
+
+    Example:
+        >>> values = per_query_values(first, reranked, dataset.qrels, "AP")
+        >>> values[1.0]["q1"]  # the first stage's AP on q1
+    """
+    import ir_measures
+
+    measure = ir_measures.parse_measure(metric)
+    judged = [q for q in qrels if q.query_id in reranked]
+    if not judged:
+        raise PipelineError("cannot tune the interpolation weight: no judged queries among the held-out ones")
+    queries = sorted({q.query_id for q in judged})
+    qrels_list = [ir_measures.Qrel(q.query_id, q.doc_id, q.relevance) for q in judged]
+    for query_id in queries:
+        if query_id not in first:
+            raise PipelineError(f"interpolation: query {query_id!r} is re-ranked but not in the first-stage run")
+    # each query's two min-max normalisations once, the weighted sum of :func:`interpolate` per weight (the
+    # order of the scored documents does not matter to the evaluation)
+    normalised = {q: (minmax(first[q]), minmax(reranked[q])) for q in queries}
+    values: dict[float, dict[str, float]] = {}
+    for w in grid:
+        scored = [ir_measures.ScoredDoc(q, doc_id, w * base.get(doc_id, 0.0) + (1 - w) * model.get(doc_id, 0.0))
+                  for q, (base, model) in normalised.items() for doc_id in dict.fromkeys([*base, *model])]
+        found = {m.query_id: m.value for m in ir_measures.iter_calc([measure], qrels_list, scored)}
+        values[w] = {q: float(found.get(q, 0.0)) for q in queries}
+    return values
+
+
+def best_weight(values: Mapping[float, Mapping[str, float]], leave_out: str | None = None) -> float:
+    """The weight with the best mean over the queries of ``values`` (:func:`per_query_values`), without
+    query ``leave_out`` when given; ties go to the smaller weight, as in :func:`tune_weight`."""
+    def mean(w: float) -> float:
+        kept = [v for q, v in values[w].items() if q != leave_out]
+        return sum(kept) / len(kept) if kept else 0.0
+
+    return max(values, key=lambda w: (mean(w), -w))
+
+
+def held_out_gains(values: Mapping[float, Mapping[str, float]]) -> dict[str, float]:
+    """``query_id -> gain`` of the tuning itself, measured on queries it did not see: for each query, the
+    weight is tuned on the other queries (leave-one-out) and the gain is that weight's metric on the query
+    minus the first stage's (``w = 1``). Their mean estimates what tuning adds on new queries, overfitting
+    included, which the best weight's own score on the queries it was chosen on overstates."""
+    first_stage = values[1.0]
+    sums = {w: sum(per_query.values()) for w, per_query in values.items()}
+    count = len(first_stage)
+    gains = {}
+    for query_id in first_stage:
+        if count < 2:
+            gains[query_id] = 0.0
+            continue
+        # leave-one-out best weight from the sums, without re-evaluating (ties to the smaller weight)
+        w = max(values, key=lambda g: ((sums[g] - values[g][query_id]) / (count - 1), -g))
+        gains[query_id] = values[w][query_id] - first_stage[query_id]
+    return gains
+
+
+def one_sided_p(gains: Sequence[float]) -> float:
+    """p-value of a one-sided one-sample t-test that the mean of ``gains`` is above 0 (1.0 for fewer than two
+    gains or none above 0; 0.0 when every gain is the same positive number)."""
+    from scipy import stats
+
+    if len(gains) < 2 or max(gains) <= 0:
+        return 1.0
+    mean = sum(gains) / len(gains)
+    if all(g == gains[0] for g in gains):
+        return 0.0 if mean > 0 else 1.0
+    return float(stats.ttest_1samp(list(gains), 0.0, alternative="greater").pvalue)
+
+
+@dataclass(frozen=True)
+class WeightChoice:
+    """What :func:`choose_weight` decided for one fold, and why."""
+
+    #: the weight applied: ``tuned`` when its gain is proven, else 1.0 (the first stage alone)
+    weight: float
+    #: the weight with the best mean metric over all tuning queries (what plain tuning would apply)
+    tuned: float
+    #: judged tuning queries
+    queries: int
+    #: mean held-out (leave-one-out) gain of tuning over the first stage, in the metric's units
+    held_out_gain: float
+    #: one-sided p-value of that gain (paired t-test over the tuning queries)
+    p_value: float
+
+    @property
+    def kept(self) -> bool:
+        """Whether the tuned weight was kept (its gain cleared its noise)."""
+        return self.weight == self.tuned
+
+    def describe(self) -> str:
+        """One line for the log."""
+        verdict = (f"kept {self.tuned:.2f}" if self.kept else
+                   f"first stage alone (tuned {self.tuned:.2f} not kept)")
+        return (f"{verdict}: held-out gain {self.held_out_gain:+.4f} over {self.queries} tuning queries, "
+                f"one-sided p = {self.p_value:.3g}")
+
+
+def choose_weight(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str = "AP",
+                  grid: Sequence[float] = DEFAULT_GRID, level: float = SAFE_LEVEL) -> WeightChoice:
+    """The safe interpolation weight (``--interpolate auto``) over ``reranked``'s judged queries.
+
+    Plain tuning (:func:`tune_weight`) picks the weight with the best mean on the tuning queries; with a few
+    dozen of them it also fits their noise and can end below the first stage on new queries. Here the
+    tuning itself is cross-validated inside the tuning queries (:func:`held_out_gains`, leave-one-out), and
+    the tuned weight is kept only when that held-out gain over the first stage is positive and significant
+    (one-sided paired t-test, p < ``level``, over at least :data:`MIN_TUNING_QUERIES` queries); otherwise the
+    weight is 1.0, the first stage's ranking. An unproven gain therefore costs nothing, and a re-ranker that
+    cannot help gives back the first stage.
+
+    Example:
+        >>> choice = choose_weight(dev_first, dev_reranked, dataset.qrels, "AP")
+        >>> interpolate(test_first, test_reranked, choice.weight)
+    """
+    values = per_query_values(first, reranked, qrels, metric, grid)
+    if 1.0 not in values:
+        raise PipelineError("the interpolation grid must hold 1.0 (the first stage alone) to fall back to it")
+    tuned = best_weight(values)
+    gains = held_out_gains(values)
+    mean = sum(gains.values()) / len(gains)
+    p = one_sided_p(list(gains.values()))
+    proven = len(gains) >= MIN_TUNING_QUERIES and mean > 0 and p < level
+    return WeightChoice(tuned if proven else 1.0, tuned, len(gains), mean, p)
+
+
+def tuning_queries(fold, given_model: bool = False) -> list[str]:
+    """The queries a fold's weight is tuned on: its dev queries, or with a given checkpoint (``--model``, a
+    model that saw none of this collection's queries) every query that is not the fold's test query."""
+    return [*fold.train, *fold.dev] if given_model else list(fold.dev)
+
+
+def fold_choices(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP",
+                 given_model: bool = False, level: float = SAFE_LEVEL) -> dict[str, WeightChoice]:
+    """``fold name -> WeightChoice`` (:func:`choose_weight`) for every fold, each tuned on that fold's
+    :func:`tuning_queries` re-ranked by the fold's own model, so no weight is chosen on the queries it scores."""
     check_tunable(folds)
-    weights: dict[str, float] = {}
+    choices: dict[str, WeightChoice] = {}
     for fold in folds:
         model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
-        dev_first = retrieve(dataset, first_stage, k, [dataset.queries[q] for q in fold.dev], settings)
-        best, _ = tune_weight(dev_first, rerank(model, dataset, dev_first), dataset.qrels, metric)
-        log.info("fold %s: interpolation weight %.2f (best dev %s over %d queries)", fold.name, best, metric,
-                    len(fold.dev))
-        weights.update({q: best for q in fold.test})
-    return weights
+        tuning = tuning_queries(fold, given_model)
+        tuning_first = retrieve(dataset, first_stage, k, [dataset.queries[q] for q in tuning], settings)
+        choice = choose_weight(tuning_first, rerank(model, dataset, tuning_first), dataset.qrels, metric,
+                               level=level)
+        log.info("fold %s: interpolation weight %.2f (%s, %s)", fold.name, choice.weight, metric, choice.describe())
+        choices[fold.name] = choice
+    return choices
+
+
+def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP",
+                 given_model: bool = False) -> dict[str, float]:
+    """``query_id -> weight`` for every test query of ``folds``: each fold's safe weight
+    (:func:`fold_choices`), 1.0 (the first stage) where tuning did not prove a gain."""
+    choices = fold_choices(folds, reranker, dataset, first_stage, k, settings, metric, given_model)
+    return {q: choices[fold.name].weight for fold in folds for q in fold.test}

@@ -95,6 +95,7 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     seed_everything(config.seed)
     dataset = load_dataset(config.dataset, config.mirror)
     plan = plan_run(config, dataset)
+    config = plan.config  # --reranker auto settled to the model it stands for
     check_writable(config.run_dir)
     if config.threads:  # read by the re-rankers when they first score or train (torch is not loaded yet)
         os.environ["PIPELINE_THREADS"] = str(config.threads)
@@ -125,7 +126,7 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         weight = plan.interpolation
         if weight == "auto":
             weight = fusion.fold_weights(plan.folds, reranker, dataset, plan.first_stage, plan.depth or plan.k,
-                                         plan.settings, metric=plan.main_metric)
+                                         plan.settings, metric=plan.main_metric, given_model=bool(config.model))
         final = fusion.interpolate(top, final, weight)
         timings["interpolate"] = time.perf_counter() - started
     if reranker is not None and plan.depth:
