@@ -991,12 +991,21 @@ def test_an_ivf_index_probing_every_list_finds_what_the_flat_index_finds(built, 
     options = small_options(tiny_encoder, kind=kind, index_type="ivf", ivf_nlist=4, ivf_nprobe=4)
     path = build_code_index(dataset, options, tmp_path)
     meta = index_metadata(path)
-    assert meta["ivf_lists"] == 4 and ivf.VECTORS_FILE in meta["files"]
+    assert meta["ivf_lists"] == 4 and set(ivf.FILES) <= set(meta["files"]) and ivf.VECTORS_FILE not in meta["files"]
+    assert not (path / ".blocks").exists()
     queries = list(dataset.queries.values())
     flat = CodeRetriever(built[kind]).search(queries, 5)
     probed_all = CodeRetriever(path, nprobe=4)
-    assert isinstance(probed_all.vectors, np.memmap)                     # read from disk, not loaded
-    assert np.array_equal(np.asarray(probed_all.vectors), CodeRetriever(built[kind]).vectors)
+    assert isinstance(probed_all.vectors.data, np.memmap)                # read from the lists on disk, not loaded
+    assert isinstance(probed_all.vectors.ranks, np.memmap)
+    flat_retriever = CodeRetriever(built[kind])  # kept: its vectors are a view into its faiss index
+    assert np.array_equal(np.asarray(probed_all.vectors), flat_retriever.vectors)
+    rows = np.array([5, 0, 383, 17])
+    assert np.array_equal(probed_all.vectors[rows], flat_retriever.vectors[rows])
+    # each vector stored once: the lists hold its code and its faiss id (8 bytes), the ranks 4 bytes more
+    width = 16 // 8 if kind == "codes" else 16 * 4
+    assert (path / ivf.DATA_FILE).stat().st_size == meta["vectors"] * (width + 8)
+    assert np.load(path / ivf.RANKS_FILE).dtype == np.uint32
     for query_id, hits in flat.items():
         got = probed_all.search([dataset.queries[query_id]], 5)[query_id]
         assert [h.doc_id for h in got] == [h.doc_id for h in hits]
@@ -1005,3 +1014,64 @@ def test_an_ivf_index_probing_every_list_finds_what_the_flat_index_finds(built, 
     assert set(one_list) == set(flat) and all(len(h) <= 5 for h in one_list.values())
     assert index_path(dataset, options, resolve_training(dataset), tmp_path) != index_path(
         dataset, small_options(tiny_encoder, kind=kind), resolve_training(dataset), tmp_path)
+
+
+IVF_BUILD = """
+import sys, faiss, torch
+from pipeline.core.datasets import load_local
+from indexes.codes import CodeOptions, build_code_index
+from rerankers.training import distributed
+
+distributed.init_from_environment()
+torch.set_num_threads(1)
+faiss.omp_set_num_threads(1)
+options = CodeOptions(kind="codes", encoder=sys.argv[2], dim=16, steps=3, progress=False, device="cpu",
+                      index_type="ivf", ivf_nlist=4, shard_size=8)
+path = build_code_index(load_local(sys.argv[1]), options)
+if distributed.is_main():
+    print(path)
+distributed.shutdown()
+"""
+
+
+def test_two_ranks_add_their_own_shards_to_one_ivf_index_merged_on_disk(tiny_encoder, tmp_path, monkeypatch):
+    """Under torchrun each rank adds its shards to the quantizer rank 0 trained; rank 0 merges the blocks'
+    lists on disk. The merged index holds every vector once, in the right place: probing every list finds what
+    the flat index of the same encoder finds."""
+    import subprocess
+    import sys
+
+    from indexes.codes import ivf
+    from pipeline.core.datasets import load_local
+    from tests.test_distributed import free_port
+    from tests.test_framework import TOPICS, write_pairs
+
+    folder = tmp_path / "collection"
+    write_pairs(folder / "train", 1, TOPICS[:8])
+    write_pairs(folder / "test", 3, TOPICS[8:])
+    script = tmp_path / "build.py"
+    script.write_text(IVF_BUILD)
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PIPELINE_HOME": str(tmp_path / "home"), "PYTHONPATH": f"{root}:{root / 'tests'}",
+           "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    env.pop("PIPELINE_INDEX_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(free_port()), str(script), str(folder), tiny_encoder], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = Path(done.stdout.strip().splitlines()[-1])
+    assert is_complete(path) and not [p for p in path.parent.iterdir() if p.name.endswith(".shards")]
+    meta = index_metadata(path)
+    assert meta["ivf_lists"] == 4 and (path / ivf.DATA_FILE).stat().st_size == meta["vectors"] * (2 + 8)
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PIPELINE_INDEX_DIR", raising=False)
+    dataset = load_local(folder)
+    options = CodeOptions(kind="codes", encoder=tiny_encoder, dim=16, steps=3, progress=False, device="cpu",
+                          shard_size=8)
+    flat = CodeRetriever(build_code_index(dataset, options), k_prime=64)  # the encoder rank 0 trained, cached
+    merged = CodeRetriever(path, k_prime=64, nprobe=4)
+    assert np.array_equal(np.asarray(merged.vectors), flat.vectors)
+    queries = list(dataset.queries.values())
+    expected, got = flat.search(queries, 5), merged.search(queries, 5)
+    for query_id, hits in expected.items():
+        assert [h.score for h in got[query_id]] == pytest.approx([h.score for h in hits], abs=1e-5)

@@ -268,6 +268,28 @@ def _obtain_encoder_everywhere(options: CodeOptions, source: TrainingSource, roo
     return encoder
 
 
+def _ivf_blocks(shard_files: list[Path], options: CodeOptions, shards: Path, main: bool, rank: int, world: int):
+    """Under torchrun: rank 0 trains the IVF quantizer on a sample of every shard, then each rank adds its
+    own shards to copies of it (blocks of inverted lists in ``shards / "ivf-blocks"``) for rank 0 to merge on
+    disk. Returns ``(trained index file, every rank's block files, lists)``."""
+    folder = shards / "ivf-blocks"
+    trained = folder / ivf_index.TRAINED_FILE
+    counts = ivf_index.shard_counts(shard_files)
+    lists = None
+    if main:
+        shutil.rmtree(folder, ignore_errors=True)  # blocks of an interrupted build are redone
+        folder.mkdir()
+        index, lists = ivf_index.train(shard_files, counts, options, options.seed)
+        ivf_index._write(index, options.binary, trained)
+    lists = distributed.broadcast(lists)
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    mine = [number for number in range(len(shard_files)) if number % world == rank]
+    ivf_index.add_blocks(trained, [shard_files[n] for n in mine], [int(firsts[n]) for n in mine], options.binary,
+                         folder, prefix=f"rank{rank:03d}")
+    distributed.barrier()  # every rank's blocks are written
+    return trained, sorted(folder.glob("rank*.index")), lists
+
+
 def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, source: TrainingSource,
            path: Path, encoder: tuple[Path, dict]) -> Path:
     """:func:`build_code_index`'s work, under the cache lock, with the encoder's ``(checkpoint, metadata)``."""
@@ -331,6 +353,9 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
     if not shard_files:
         raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
     distributed.barrier()  # every rank's shards are written
+    ivf = options.index_type == "ivf"
+    if ivf and distributed.is_distributed():  # every rank adds its own shards to the quantizer rank 0 trains
+        blocks = _ivf_blocks(shard_files, options, shards, main, rank, world)
     if not main:  # rank 0 assembles the index once
         distributed.barrier()
         return path
@@ -341,7 +366,6 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
 
     with atomic_directory(path) as temp:
         doc_ids, lengths, parts = [], [], []
-        ivf = options.index_type == "ivf"
         for shard in shard_files:
             with np.load(shard, allow_pickle=False) as stored:
                 doc_ids.extend(stored["doc_ids"].tolist())
@@ -353,9 +377,12 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
         if vector_count == 0:
             raise PipelineError(f"dataset {dataset.name!r}: no document has a token to index")
         lists = None
-        if ivf:
-            per_shard = [int(np.load(shard, allow_pickle=False)["lengths"].sum()) for shard in shard_files]
-            lists = ivf_index.assemble(shard_files, per_shard, options, temp, FAISS_FILE, seed=options.seed)
+        if ivf and distributed.is_distributed():
+            trained, block_files, lists = blocks
+            ivf_index.merge(trained, block_files, options.binary, temp, FAISS_FILE)
+        elif ivf:
+            lists = ivf_index.assemble(shard_files, ivf_index.shard_counts(shard_files), options, temp, FAISS_FILE,
+                                       seed=options.seed)
         else:
             index = _new_faiss_index(options)
             index.add(np.ascontiguousarray(np.concatenate(parts)))
@@ -379,7 +406,7 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
                 "fingerprint": source.dataset.fingerprint, "queries": len(source.query_ids),
                 "report": encoder_meta.get("training")},
             "documents": len(doc_ids), "vectors": vector_count, "index_bytes": (temp / FAISS_FILE).stat().st_size,
-            "files": describe(temp, VERIFIED_FILES + ((ivf_index.VECTORS_FILE,) if ivf else ())),
+            "files": describe(temp, VERIFIED_FILES + (ivf_index.FILES if ivf else ())),
             **({"ivf_lists": lists} if ivf else {}),
             "seconds": round(time.perf_counter() - started, 2),
             **({"hash_center": centring} if centring is not None else {}),

@@ -1,16 +1,27 @@
 """The IVF code index: an inverted-file faiss index (binary ``IndexBinaryIVF`` or float ``IndexIVFFlat``) for
 collections whose token vectors do not fit a flat index in memory (MS MARCO passage: about 600M tokens).
 
-Built from the encoded shards without holding them all: the coarse quantizer is trained on a seeded sample
-of the shards' vectors (:data:`TRAIN_PER_LIST` per list), then the shards are added one by one, and their
-vectors are written once more, in document order, into ``vectors.npy`` (the exact MaxSim of the candidates
-reads its rows). At search time both are memory-mapped from disk (``IO_FLAG_MMAP``): only the probed lists
-and the candidates' rows are read. ``nprobe`` lists are visited per query token: recall against the flat
-index grows with it (``benchmarks/code_index_scaling.py``, SCALING.md).
+Built from the encoded shards without holding them all: the coarse quantizer is trained (k-means, on the
+GPU when faiss sees one) on a seeded sample of the shards' vectors (:data:`TRAIN_PER_LIST` per list, at most
+:data:`MAX_TRAIN` vectors), each shard is added to its own copy of the trained index (a block of inverted
+lists; under torchrun each rank adds its own shards), and faiss merges the blocks' lists on disk into
+:data:`DATA_FILE` (``OnDiskInvertedLists.merge_from_multiple``, what ``faiss.contrib.ondisk.merge_ondisk``
+does for float indexes). The lists are the only copy of the vectors (format 2): the exact MaxSim of the
+candidates reads a document's vectors out of them, through :data:`RANKS_FILE` (each vector's position in
+list order, uint32) and :data:`LISTS_FILE` (each list's byte offset in :data:`DATA_FILE`). Per 512-bit code:
+64 bytes of code, 8 of faiss id (the vector's row number) and 4 of position: 76 bytes (format 1 stored
+the codes a second time in ``vectors.npy``: 136). At search time the lists are memory-mapped (faiss's
+on-disk lists): only the probed lists and the candidates' vectors are read. ``nprobe`` lists are visited per
+query token: recall against the flat index grows with it (``benchmarks/code_index_scaling.py``, SCALING.md).
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -20,17 +31,34 @@ from pipeline.core.errors import PipelineError
 
 from .options import CodeOptions
 
-#: the stored vectors / codes of an IVF index, in document order (memory-mapped at search time)
+log = logging.getLogger(__name__)
+
+#: format 1: the stored vectors / codes of an IVF index, in document order (a second copy of the lists')
 VECTORS_FILE = "vectors.npy"
+#: format 2: the merged inverted lists (codes and faiss ids), memory-mapped by faiss and by the re-scoring
+DATA_FILE = "ivf.data"
+#: format 2: each stored vector's position in list order (uint32; int64 beyond 2^32 vectors)
+RANKS_FILE = "ivf_ranks.npy"
+#: format 2: ``[lists, 2]`` int64: each inverted list's byte offset in :data:`DATA_FILE` and its length
+LISTS_FILE = "ivf_lists.npy"
+#: the files of a format-2 IVF index besides the faiss index file
+FILES = (DATA_FILE, RANKS_FILE, LISTS_FILE)
+#: the trained, empty index the blocks are copies of (beside the blocks while building)
+TRAINED_FILE = "trained.index"
+#: vectors per block of inverted lists before it is written and a new one started (each is held in memory)
+BLOCK_VECTORS = 1 << 24
 #: training vectors per inverted list (faiss warns below 39)
 TRAIN_PER_LIST = 64
+#: at most this many training vectors (k-means on a binary index runs on their bits as floats: 1M 512-bit
+#: codes are 2 GiB)
+MAX_TRAIN = 1 << 20
 
 
 def list_count(total: int, requested: int = 0) -> int:
     """``requested`` lists, or ``4 sqrt(total)`` (faiss's rule of thumb), never more than the training
-    sample can support (``total / TRAIN_PER_LIST``) and at least 1."""
+    sample can support (``min(total, MAX_TRAIN) / TRAIN_PER_LIST``) and at least 1."""
     count = requested or int(4 * math.sqrt(total))
-    return max(1, min(count, total // TRAIN_PER_LIST or 1))
+    return max(1, min(count, min(total, MAX_TRAIN) // TRAIN_PER_LIST or 1))
 
 
 def new_ivf_index(options: CodeOptions, lists: int):
@@ -47,20 +75,49 @@ def _shard_vectors(shard: Path) -> np.ndarray:
         return stored["vectors"]
 
 
-def assemble(shards: Sequence[Path], counts: Sequence[int], options: CodeOptions, folder: Path, index_file: str,
-             seed: int = 0) -> int:
-    """Train an IVF index on a sample of the ``shards``' vectors (``counts`` per shard), add every shard, write
-    the index to ``folder / index_file`` and the vectors to ``folder / VECTORS_FILE``; returns the lists."""
+@contextlib.contextmanager
+def _quiet_stdout():
+    """faiss's C++ code prints its on-disk bookkeeping ("resizing ...", "updating ondisk filename ...") to
+    the process's stdout, where a command line may be writing a run: send it to /dev/null meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _gpu_clustering(index, binary: bool) -> None:
+    """Run the k-means of ``index.train`` on the first GPU when faiss sees one (the assignment step is a flat
+    L2 search over the centroids, the part that grows with lists x sample)."""
     import faiss
 
+    try:
+        if not getattr(faiss, "get_num_gpus", lambda: 0)() > 0:
+            return
+        resources = faiss.StandardGpuResources()
+        dim = index.d
+        clustering = faiss.GpuIndexFlatL2(resources, dim)
+        clustering.referenced_objects = [resources]
+        index.clustering_index = clustering
+        index._gpu_clustering = clustering  # the index does not own it: keep it alive with the index
+    except Exception as error:  # noqa: BLE001 - a GPU problem must not break the build
+        log.warning("faiss GPU k-means unavailable (%s); training the IVF quantizer on the CPU", error)
+
+
+def train(shards: Sequence[Path], counts: Sequence[int], options: CodeOptions, seed: int = 0):
+    """An empty IVF index whose quantizer is trained on a seeded sample of the ``shards``' vectors
+    (``counts`` per shard): ``(index, lists)``."""
     total = int(sum(counts))
     if total == 0:
         raise PipelineError("no token vectors to index")
     lists = list_count(total, options.ivf_nlist)
-    width = options.dim // 8 if options.binary else options.dim
     dtype = np.uint8 if options.binary else np.float32
     rng = np.random.default_rng(seed)
-    wanted = min(total, lists * TRAIN_PER_LIST)
+    wanted = min(total, lists * TRAIN_PER_LIST, MAX_TRAIN)
     chosen = np.sort(rng.choice(total, size=wanted, replace=False))
     sample, offset = [], 0
     for shard, count in zip(shards, counts):
@@ -69,28 +126,162 @@ def assemble(shards: Sequence[Path], counts: Sequence[int], options: CodeOptions
             sample.append(_shard_vectors(shard)[inside])
         offset += count
     index = new_ivf_index(options, lists)
+    _gpu_clustering(index, options.binary)
     index.train(np.ascontiguousarray(np.concatenate(sample).astype(dtype)))
-    stored = np.lib.format.open_memmap(folder / VECTORS_FILE, mode="w+", dtype=dtype, shape=(total, width))
-    offset = 0
-    for shard, count in zip(shards, counts):
+    if hasattr(index, "_gpu_clustering"):
+        index.clustering_index = None
+    return index, lists
+
+
+def _write(index, binary: bool, path: Path) -> None:
+    import faiss
+
+    (faiss.write_index_binary if binary else faiss.write_index)(index, str(path))
+
+
+def _read(path: Path, binary: bool, flags: int = 0):
+    import faiss
+
+    return (faiss.read_index_binary if binary else faiss.read_index)(str(path), flags)
+
+
+def add_blocks(trained_file: Path, shards: Sequence[Path], first_rows: Sequence[int], binary: bool, folder: Path,
+               prefix: str = "block", block_vectors: int = BLOCK_VECTORS) -> list[Path]:
+    """Add ``shards`` (their vectors' row numbers start at ``first_rows``) to copies of the trained index at
+    ``trained_file``, a new copy every ``block_vectors`` vectors, and write each copy's inverted lists to
+    ``folder / <prefix>-NNNNN.index`` (one rank's share under torchrun); returns the block files."""
+    dtype = np.uint8 if binary else np.float32
+    blocks, index = [], None
+
+    def flush():
+        blocks.append(Path(folder) / f"{prefix}-{len(blocks):05d}.index")
+        _write(index, binary, blocks[-1])
+
+    for shard, first in zip(shards, first_rows):
+        if index is None:
+            index = _read(trained_file, binary)
         vectors = np.ascontiguousarray(_shard_vectors(shard).astype(dtype))
-        index.add(vectors)
-        stored[offset:offset + count] = vectors
-        offset += count
-    stored.flush()
-    del stored
-    (faiss.write_index_binary if options.binary else faiss.write_index)(index, str(folder / index_file))
+        index.add_with_ids(vectors, np.arange(first, first + len(vectors), dtype=np.int64))
+        if index.ntotal >= block_vectors:
+            flush()
+            index = None
+    if index is not None:
+        flush()
+    return blocks
+
+
+def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder: Path, index_file: str) -> int:
+    """Merge the blocks' inverted lists on disk into ``folder / DATA_FILE`` (faiss ``OnDiskInvertedLists``,
+    as ``faiss.contrib.ondisk.merge_ondisk``), write the index to ``folder / index_file`` and the positions
+    (:data:`RANKS_FILE`, :data:`LISTS_FILE`); returns the number of vectors."""
+    import faiss
+
+    index = _read(trained_file, binary)
+    blocks, lists = [], faiss.InvertedListsPtrVector()
+    for block_file in block_files:
+        block = _read(block_file, binary, faiss.IO_FLAG_MMAP)
+        block.own_invlists = False  # the merged lists are copied out; the block keeps its memory map
+        blocks.append(block)
+        lists.push_back(block.invlists)
+    with _quiet_stdout():
+        merged = faiss.OnDiskInvertedLists(index.nlist, index.code_size, str(folder / DATA_FILE))
+        total = merged.merge_from_multiple(lists.data(), lists.size(), False)
+    index.ntotal = total
+    index.replace_invlists(merged, True)
+    merged.this.disown()
+    _write(index, binary, folder / index_file)
+    table = np.zeros((index.nlist, 2), dtype=np.int64)
+    for number in range(index.nlist):
+        one = merged.lists.at(number)
+        table[number] = one.offset, one.size
+    np.save(folder / LISTS_FILE, table)
+    starts = np.concatenate([[0], np.cumsum(table[:, 1])])
+    ranks = np.lib.format.open_memmap(folder / RANKS_FILE, mode="w+", shape=(total,),
+                                      dtype=np.uint32 if total < 2 ** 32 else np.int64)
+    for number in range(index.nlist):
+        offset, size = table[number]
+        if size:
+            ids = faiss.rev_swig_ptr(merged.get_ids(number), int(size)).copy()
+            ranks[ids] = np.arange(starts[number], starts[number] + size, dtype=ranks.dtype)
+    ranks.flush()
+    del ranks, blocks
+    return int(total)
+
+
+def shard_counts(shards: Sequence[Path]) -> list[int]:
+    """The number of vectors in each shard."""
+    counts = []
+    for shard in shards:
+        with np.load(shard, allow_pickle=False) as stored:
+            counts.append(int(stored["lengths"].sum()))
+    return counts
+
+
+def assemble(shards: Sequence[Path], counts: Sequence[int], options: CodeOptions, folder: Path, index_file: str,
+             seed: int = 0) -> int:
+    """One process's build: train an IVF index on a sample of the ``shards``' vectors (``counts`` per shard),
+    add the shards in blocks (:func:`add_blocks`) and merge the blocks' lists on disk into ``folder``
+    (:func:`merge`); returns the lists."""
+    index, lists = train(shards, counts, options, seed)
+    work = folder / ".blocks"
+    work.mkdir()
+    trained = work / TRAINED_FILE
+    _write(index, options.binary, trained)
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    blocks = add_blocks(trained, shards, firsts.tolist(), options.binary, work)
+    merge(trained, blocks, options.binary, folder, index_file)
+    shutil.rmtree(work)
     return lists
 
 
-def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: bool = True):
-    """``(index, vectors)`` of an IVF index: both memory-mapped from disk when ``mmap``; ``nprobe`` lists
-    are visited per query vector."""
+class ListVectors:
+    """The stored vectors of a format-2 IVF index, read by row number out of its memory-mapped inverted
+    lists (``vectors[rows]`` -> ``[len(rows), width]``, like the flat index's array)."""
+
+    def __init__(self, folder: Path, binary: bool, dim: int):
+        self.width = dim // 8 if binary else dim
+        self.dtype = np.dtype(np.uint8 if binary else np.float32)
+        self.code_size = self.width * self.dtype.itemsize
+        self.data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
+        self.ranks = np.load(folder / RANKS_FILE, mmap_mode="r")
+        table = np.load(folder / LISTS_FILE)
+        self.list_offsets = table[:, 0]
+        self.list_starts = np.concatenate([[0], np.cumsum(table[:, 1])])
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self), self.width
+
+    def __getitem__(self, rows) -> np.ndarray:
+        rows = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
+        ranks = np.asarray(self.ranks[rows], dtype=np.int64)
+        lists = np.searchsorted(self.list_starts, ranks, side="right") - 1
+        starts = self.list_offsets[lists] + (ranks - self.list_starts[lists]) * self.code_size
+        raw = self.data[starts[..., None] + np.arange(self.code_size)]
+        return raw.view(self.dtype).reshape(*rows.shape, self.width)
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self[np.arange(len(self))]
+        return whole if dtype is None else whole.astype(dtype)
+
+
+def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: bool = True, dim: int = 0):
+    """``(index, vectors)`` of an IVF index: its inverted lists memory-mapped (format 2: faiss's on-disk
+    lists, and the vectors read out of them; format 1: the index file and ``vectors.npy`` memory-mapped when
+    ``mmap``); ``nprobe`` lists are visited per query vector."""
     import faiss
 
+    folder = Path(folder)
+    if (folder / DATA_FILE).is_file():
+        with _quiet_stdout():
+            index = _read(folder / index_file, binary, faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY)
+        index.nprobe = max(1, min(nprobe, index.nlist))
+        return index, ListVectors(folder, binary, dim or index.d)
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
-    reader = faiss.read_index_binary if binary else faiss.read_index
-    index = reader(str(folder / index_file), flags)
+    index = _read(folder / index_file, binary, flags)
     index.nprobe = max(1, min(nprobe, index.nlist))
     vectors = np.load(folder / VECTORS_FILE, mmap_mode="r" if mmap else None)
     return index, vectors

@@ -104,7 +104,8 @@ class CodeRetriever:
         self.offsets = doc_offsets(path, self.meta, len(self.doc_ids))
         self.index_bytes = index_size_bytes(path)
         if self.meta["options"].get("index_type") == "ivf":
-            self._cpu_index, self.vectors = ivf_index.open_index(path, FAISS_FILE, self.binary, nprobe, mmap)
+            self._cpu_index, self.vectors = ivf_index.open_index(path, FAISS_FILE, self.binary, nprobe, mmap,
+                                                                      self.dim)
             self.index = self._cpu_index  # memory-mapped lists stay on the CPU
         else:
             reader = faiss.read_index_binary if self.binary else faiss.read_index
