@@ -56,6 +56,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pipeline.core.errors import ConfigError
+from pipeline.core.runtime import native_bf16
 from rerankers.blocks import BilinearInteraction, build_embedding, lengths_from_mask
 from rerankers.neural import WordReranker
 
@@ -191,8 +192,9 @@ class SpatialGRU(nn.Module):
       masking: the zero borders are the slots never written;
     * :meth:`corners` keeps only the states scoring reads (each pair's real corner ``h_mn``) instead of
       unskewing the whole grid;
-    * under CPU bfloat16 autocast the weights are cast once per call, not at every step, and the recursion
-      runs in bfloat16 (float32 corners are returned);
+    * under CPU bfloat16 autocast, on a CPU with bfloat16 matrix instructions (``native_bf16``), the weights
+      are cast once per call, not at every step; the two matrix products of a step run in bfloat16, the
+      gates and states stay in the inputs' dtype. Elsewhere autocast leaves the recursion in float32;
     * without autograd (scoring), the states go into one preallocated buffer written in place.
     """
 
@@ -237,10 +239,12 @@ class SpatialGRU(nn.Module):
         d = self.hidden_dim
         dtype = inputs.dtype
         if inputs.device.type == "cpu" and torch.is_autocast_enabled("cpu") \
-                and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+                and torch.get_autocast_dtype("cpu") == torch.bfloat16 and native_bf16():
+            # Without AMX or AVX512-BF16, torch's bfloat16 products are emulated and several times slower
+            # than float32 at these small shapes: autocast then leaves the recursion in float32.
             dtype = torch.bfloat16
         weight, bias, hidden = self._step_weights(dtype)
-        skewed = _skew(inputs.to(dtype))
+        skewed = _skew(inputs)
         # Without autograd, states go into a preallocated buffer written in place: all diagonals, or three in
         # turn. Reusing a slot is safe because a step reads only slots on the grid or slots never written (the
         # rows on the grid only move down as k grows; see _active_slots).
@@ -273,12 +277,18 @@ class SpatialGRU(nn.Module):
     def _cell(self, q: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, hidden: torch.Tensor):
         """One diagonal's cells: ``q [B, n, 3d + C]`` -> ``(h [B, n, d], update gates [B, n, 4, d])``."""
         d = self.hidden_dim
-        projected = F.linear(q, weight, bias)
         previous = q[..., : 3 * d]
-        reset = torch.sigmoid(projected[..., : 3 * d])
+        if weight.dtype == q.dtype:
+            projected = F.linear(q, weight, bias)
+            reset = torch.sigmoid(projected[..., : 3 * d])
+            candidate = torch.addmm(projected[..., 7 * d:].flatten(0, -2), (reset * previous).flatten(0, -2),
+                                    hidden.t()).view_as(projected[..., 7 * d:])
+        else:  # bfloat16 products, float32 states and gates
+            projected = F.linear(q.to(weight.dtype), weight, bias).to(q.dtype)
+            reset = torch.sigmoid(projected[..., : 3 * d])
+            candidate = projected[..., 7 * d:] + F.linear((reset * previous).to(hidden.dtype), hidden).to(q.dtype)
+        candidate = torch.tanh(candidate)
         update = torch.softmax(projected[..., 3 * d: 7 * d].unflatten(-1, (4, d)), dim=-2)  # SoftmaxByRow
-        candidate = torch.tanh(torch.addmm(projected[..., 7 * d:].flatten(0, -2), (reset * previous).flatten(0, -2),
-                                           hidden.t()).view_as(projected[..., 7 * d:]))
         state = (update[..., :3, :] * previous.unflatten(-1, (3, d))).sum(-2)
         return torch.addcmul(state, update[..., 3, :], candidate), update
 
@@ -322,7 +332,7 @@ class SpatialGRU(nn.Module):
             cols: ``[B]``, the real lengths ``n`` (``<= N``).
 
         Returns:
-            ``[B, d]`` in ``inputs``' dtype (float32 under bfloat16 autocast for float32 inputs). A pair with
+            ``[B, d]`` in ``inputs``' dtype (also under bfloat16 autocast). A pair with
             ``m = 0`` or ``n = 0`` gets zeros.
 
         Example:
@@ -354,7 +364,7 @@ class SpatialGRU(nn.Module):
         self._scan(inputs, last, keep=False, on_step=take)
         out = inputs.new_zeros(batch, self.hidden_dim)
         if pieces:
-            out = out.index_put((torch.tensor(order, device=device),), torch.cat(pieces).to(out.dtype))
+            out = out.index_put((torch.tensor(order, device=device),), torch.cat(pieces))
         return out
 
     def _check(self, inputs: torch.Tensor) -> None:

@@ -352,3 +352,65 @@ def test_reranker_trains_scores_saves_and_loads(cls, tmp_path):
     other = BiMatchSRNNReranker if cls is MatchSRNNReranker else MatchSRNNReranker
     with pytest.raises(CheckpointError, match=cls.name):
         other.load(path)
+
+
+# ------------------------------------------------------------------------- wavefront fast paths
+
+
+def ragged_grid(seed=7, batch=5, rows=4, cols=6, channels=3):
+    torch.manual_seed(seed)
+    gru = SpatialGRU(input_dim=channels, hidden_dim=4)
+    for parameter in gru.parameters():
+        torch.nn.init.uniform_(parameter, -1.0, 1.0)
+    s = torch.randn(batch, rows, cols, channels)
+    return gru, s, torch.tensor([4, 1, 3, 0, 2]), torch.tensor([6, 2, 1, 5, 6])
+
+
+def test_corners_equal_the_grid_at_each_real_corner_with_and_without_autograd():
+    """corners() (only h_mn kept; in-place buffers without autograd) equals forward()'s grid, which equals eq. 3."""
+    gru, s, rows, cols = ragged_grid()
+    grid = gru(s)
+    torch.testing.assert_close(grid, reference_spatial_gru(gru, s), atol=1e-6, rtol=1e-6)
+    expected = torch.stack([grid[b, m - 1, n - 1] if m > 0 and n > 0 else torch.zeros(4)
+                            for b, (m, n) in enumerate(zip(rows.tolist(), cols.tolist()))])
+    with torch.no_grad():  # the in-place path
+        torch.testing.assert_close(gru.corners(s, rows, cols), expected, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(gru(s), grid, atol=1e-6, rtol=1e-6)
+    with torch.inference_mode():
+        torch.testing.assert_close(gru.corners(s, rows, cols), expected, atol=1e-6, rtol=1e-6)
+    x = s.clone().requires_grad_(True)
+    corners = gru.corners(x, rows, cols)  # the autograd path
+    torch.testing.assert_close(corners, expected, atol=1e-6, rtol=1e-6)
+    corners.sum().backward()
+    y = s.clone().requires_grad_(True)
+    torch.stack([gru(y)[b, m - 1, n - 1] for b, (m, n) in enumerate(zip(rows.tolist(), cols.tolist()))
+                 if m > 0 and n > 0]).sum().backward()
+    torch.testing.assert_close(x.grad, y.grad, atol=1e-6, rtol=1e-6)
+    assert x.grad[3].abs().sum() == 0  # the empty pair reads nothing
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_autocast_products_stay_close_to_float32(monkeypatch, native):
+    """Under bfloat16 autocast the step's products run in bfloat16 only where the CPU has bfloat16 matrix
+    instructions (forced here); elsewhere the recursion stays float32 and equals it exactly."""
+    import rerankers.match_srnn as module
+
+    monkeypatch.setattr(module, "native_bf16", lambda: native)
+    gru, s, rows, cols = ragged_grid(seed=8)
+    with torch.no_grad():
+        reference = gru.corners(s, rows, cols)
+    x = s.clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        corners = gru.corners(x, rows, cols)
+        with torch.no_grad():
+            scoring = gru.corners(s, rows, cols)
+    assert corners.dtype == torch.float32 and scoring.dtype == torch.float32
+    corners.sum().backward()
+    assert torch.isfinite(x.grad).all() and all(p.grad is not None for p in gru.parameters())
+    if native:
+        torch.testing.assert_close(corners, reference, atol=5e-2, rtol=0)
+        torch.testing.assert_close(scoring, reference, atol=5e-2, rtol=0)
+        assert (corners - reference).abs().max() > 0  # bfloat16 did run
+    else:
+        torch.testing.assert_close(corners, reference, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(scoring, reference, atol=1e-6, rtol=1e-6)
