@@ -122,7 +122,13 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
             args.append("-keepStopwords")
         log.info("indexing %d docs of %s into %s", count, dataset.name, path)
         with index_progress(temp / "lucene", f"indexing {dataset.name}"):
-            anserini_class("io.anserini.index.IndexCollection").main(args)
+            try:
+                anserini_class("io.anserini.index.IndexCollection").main(args)
+            except Exception as error:  # noqa: BLE001 - jnius.JavaException
+                if not is_java_exception(error):
+                    raise
+                raise PipelineError(f"Anserini failed while indexing {dataset.name!r} ({java_reason(error)}); "
+                                    f"nothing was cached") from None
         (collection / "docs.jsonl").unlink()
         collection.rmdir()
         if not (temp / "lucene").is_dir():
@@ -297,13 +303,7 @@ def java_failure(error: Exception, path: Path, external: bool = False) -> Pipeli
     outside the project, that it cannot be read), anything else a :class:`PipelineError` with Java's
     class and message."""
     classname = str(getattr(error, "classname", "") or type(error).__name__)
-    message = str(getattr(error, "innermessage", "") or "").strip()
-    if not message:
-        lines = str(error).strip().splitlines()
-        message = lines[0].replace("JVM exception occurred: ", "") if lines else ""
-    message = (message.splitlines() or [""])[0][:300]
-    short = classname.rsplit(".", 1)[-1].replace("$", ".")
-    reason = f"{short}: {message}" if message else short
+    reason = java_reason(error)
     if any(name in classname for name in _DAMAGE):
         if external:
             return CorruptCacheError(f"the Lucene index {path} cannot be read ({reason})")
@@ -312,6 +312,19 @@ def java_failure(error: Exception, path: Path, external: bool = False) -> Pipeli
         return PipelineError(f"Anserini ran out of Java heap over {path} ({reason}); give it more with "
                              f"PIPELINE_JVM_HEAP (now {os.environ.get('PIPELINE_JVM_HEAP', '4g')})")
     return PipelineError(f"Anserini failed over the Lucene index {path} ({reason})")
+
+
+def java_reason(error: Exception) -> str:
+    """``Class: message`` of Java exception ``error`` on one line (its short class name, the first line of its
+    message, at most 300 characters)."""
+    classname = str(getattr(error, "classname", "") or type(error).__name__)
+    message = str(getattr(error, "innermessage", "") or "").strip()
+    if not message:
+        lines = str(error).strip().splitlines()
+        message = lines[0].replace("JVM exception occurred: ", "") if lines else ""
+    message = (message.splitlines() or [""])[0][:300]
+    short = classname.rsplit(".", 1)[-1].replace("$", ".")
+    return f"{short}: {message}" if message else short
 
 
 @contextlib.contextmanager

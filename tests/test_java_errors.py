@@ -64,3 +64,23 @@ def test_a_damaged_external_index_is_one_line(index, tmp_path):
     with pytest.raises(CorruptCacheError) as raised:
         BM25Retriever(copy, external=LuceneOptions("porter")).search([Query("1", "cat")], 5)
     assert "cannot be read" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_java_exception_while_indexing_is_one_line(tmp_path, monkeypatch):
+    from indexes import lucene
+
+    real = lucene.anserini_class
+
+    class FailingIndexer:         # what IndexCollection throws on a bad collection or an internal fault
+        @staticmethod
+        def main(args):
+            real("java.lang.Integer").parseInt("not a number")
+
+    monkeypatch.setattr(lucene, "anserini_class",
+                        lambda name: FailingIndexer if name.endswith("IndexCollection") else real(name))
+    with pytest.raises(PipelineError) as raised:
+        build_index(tiny_dataset(), LuceneOptions("porter"), root=tmp_path)
+    message = str(raised.value)
+    assert message.startswith("Anserini failed while indexing 'tiny' (NumberFormatException: For input string")
+    assert "\n" not in message and "nothing was cached" in message
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
