@@ -34,8 +34,11 @@ def _host_tag() -> str:
 
 
 def _owner_prefix(path: Path) -> str:
-    """``.<name>.pid<PID>@<host>.``: who writes this temporary sibling (read back by :func:`remove_stale_temps`)."""
-    return f".{path.name}.pid{os.getpid()}@{_host_tag()}."
+    """``.<name>.pid<PID>@<host>.``: who writes this temporary sibling (read back by :func:`remove_stale_temps`).
+    A name too long for that (file names stop at 255 bytes) keeps its first 180 characters and no owner: such
+    a sibling is never taken for another entry's, and is left after a kill."""
+    prefix = f".{path.name}.pid{os.getpid()}@{_host_tag()}."
+    return prefix if len(os.fsencode(prefix)) <= 240 else f".{path.name[:180]}~."
 
 
 def _alive(pid: int) -> bool:
