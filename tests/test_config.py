@@ -58,8 +58,8 @@ def guarded(monkeypatch, tmp_path):
 
 
 BAD_OPTIONS = [
-    (["--reranker", "nope"], "--reranker: unknown re-ranker 'nope'; choose one of none, .*hcan"),
-    (["--first-stage", "bm26"], "--first-stage: unknown first stage 'bm26'; choose one of .*bm25"),
+    (["--reranker", "nope"], "--reranker: unknown re-ranker 'nope'; did you mean 'none'\\? choose one of none, .*hcan"),
+    (["--first-stage", "bm26"], "--first-stage: unknown first stage 'bm26'; did you mean 'bm25'\\? choose one of .*bm25"),
     (["--first-stage", "run:"], "run:PATH needs a path"),
     (["--first-stage", "run:no-such.run"], "--first-stage run:no-such.run: no such run file"),
     (["--split", "2099"], r"--split: dataset 'toy' has no split '2099' \(its splits: train, dev, test\)"),
