@@ -88,7 +88,8 @@ def measure(size: int, clusters: int, queries: int, k_prime: int, nprobes: list[
         lists = ivf.assemble(shards, counts, options, folder, "ivf.index")
         row["ivf_build_s"] = time.perf_counter() - started
         row["ivf_lists"] = lists
-        row["ivf_bytes"] = (folder / "ivf.index").stat().st_size + (folder / ivf.VECTORS_FILE).stat().st_size
+        row["ivf_bytes"] = (folder / "ivf.index").stat().st_size + sum((folder / name).stat().st_size
+                                                                       for name in ivf.FILES)
         del codes
         for nprobe in nprobes:
             index, _ = ivf.open_index(folder, "ivf.index", True, nprobe, mmap=True)
@@ -105,7 +106,7 @@ def measure(size: int, clusters: int, queries: int, k_prime: int, nprobes: list[
 
 def render(rows: list[dict], nprobes: list[int], command: str) -> str:
     head = ("| token vectors | flat build s | flat MB | flat ms/query | IVF lists | IVF build s | IVF MB (index + "
-            "vectors) | " + " | ".join(f"nprobe {n}: ms/query, recall" for n in nprobes) + " | peak RSS MB |")
+            "lists + ranks) | " + " | ".join(f"nprobe {n}: ms/query, recall" for n in nprobes) + " | peak RSS MB |")
     lines = [f"<!-- {command} -->", head, "|---" * (8 + len(nprobes)) + "|"]
     for r in rows:
         cells = [f"{r['vectors']:,}", f"{r['flat_build_s']:.1f}", f"{r['flat_bytes'] / 2**20:.0f}",

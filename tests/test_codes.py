@@ -1075,3 +1075,18 @@ def test_two_ranks_add_their_own_shards_to_one_ivf_index_merged_on_disk(tiny_enc
     expected, got = flat.search(queries, 5), merged.search(queries, 5)
     for query_id, hits in expected.items():
         assert [h.score for h in got[query_id]] == pytest.approx([h.score for h in hits], abs=1e-5)
+
+
+def test_the_code_first_stage_never_builds_the_document_dict(tiny_encoder, dataset, tmp_path, monkeypatch):
+    """Encoding a collection streams its documents (``docs_iter``) and searching reads only the index: neither
+    holds the collection in a per-process dict (``Dataset.doc_store``; training the encoder does, for its
+    positives and negatives, and is done first here)."""
+    def no_dict(self):
+        raise AssertionError("the collection was loaded into a dict")
+
+    build_code_index(dataset, small_options(tiny_encoder, seed=5), tmp_path)  # trains and caches the encoder
+    monkeypatch.setattr(Dataset, "doc_store", no_dict)
+    streamed = dataclasses.replace(dataset, _store=None)
+    path = build_code_index(streamed, small_options(tiny_encoder, seed=5, index_type="hnsw"), tmp_path)
+    run = CodeRetriever(path).search(list(streamed.queries.values())[:4], 5)
+    assert all(len(hits) == 5 for hits in run.values())
