@@ -11,6 +11,10 @@ Takes the flags of ``pipeline.run`` that decide the models (not ``--rerank-depth
 :func:`pipeline.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
 ``pipeline.run`` will look for it (same options, seed, first stage and depth give the same cache key). It
 prints one line per fold with the dev score. A fold whose checkpoint exists is skipped unless ``--retrain``.
+
+Under ``torchrun --nproc-per-node N -m pipeline.train ...`` the training is data-parallel
+(``DistributedDataParallel``, each rank a share of every global batch; rank 0 evaluates, saves and prints);
+the ranks wait for each other up to ``PIPELINE_DIST_TIMEOUT_S`` seconds (default 12 h): docs/distributed.md.
 """
 from __future__ import annotations
 

@@ -40,14 +40,14 @@ DEV_TOLERANCE = 0.2
 TRAIN = """
 import hashlib, sys, torch
 from rerankers.training import distributed
-from tests.test_distributed import train_hcan
+from tests.test_distributed import train_addax, train_hcan
 
 distributed.init_from_environment()
 torch.set_num_threads(1)
 made, steps = [], {"checked": 0, "differed": 0}
 wrap = distributed.data_parallel
-def recording(reranker, device, find_unused_parameters=False):
-    wrapped = wrap(reranker, device, find_unused_parameters)
+def recording(module, device, find_unused_parameters=False):
+    wrapped = wrap(module, device, find_unused_parameters)
     made.append((type(wrapped).__name__, find_unused_parameters))
     return wrapped
 distributed.data_parallel = recording
@@ -62,9 +62,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 register_optimizer_step_post_hook(same_weights_everywhere)
 zero = train_hcan(sys.argv[1], dropout=0.0, accumulation_steps=2)   # no_sync() over 2 micro-batches per rank
 default = train_hcan(sys.argv[1])
+hcan_steps = steps["checked"]
+addax = train_addax(sys.argv[1], sys.argv[3])   # BERT's pooler is unused: find_unused_parameters
 if distributed.is_main():
-    torch.save({"zero": zero, "default": default, "made": made, "steps": steps, "world": distributed.world_size()},
-               sys.argv[2])
+    torch.save({"zero": zero, "default": default, "addax": addax, "made": made, "steps": steps,
+                "hcan_steps": hcan_steps, "world": distributed.world_size()}, sys.argv[2])
 distributed.shutdown()
 """
 
@@ -90,6 +92,24 @@ def train_hcan(data, **options) -> dict:
             "dropout": reranker.model_config.dropout}
 
 
+def train_addax(data, encoder: str) -> dict:
+    """One epoch of 32 pairs (8 steps) of a tiny ADDAX (random 2-layer BERT ``encoder``, default dropout)."""
+    from pipeline.core.datasets import load_local
+    from pipeline.protocols import make_protocol
+    from rerankers import reranker_class
+    from rerankers.training.data import RankingData
+
+    dataset = load_local(data)
+    fold = make_protocol(dataset, None, 7)[0]
+    reranker = reranker_class("addax").from_options(
+        {"encoder": encoder, "max_query_length": 8, "max_doc_length": 16, "hidden_dim": 8, "hash_hidden": 8,
+         "epochs": 1, "batch_size": 8, "max_examples_per_epoch": 32}, seed=7)
+    train = RankingData.from_dataset(dataset, fold.train, dataset.first_stage)
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train, None)
+    return {"losses": [e.loss for e in report.epochs]}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -113,21 +133,27 @@ def pairs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def two_ranks(pairs, tmp_path_factory) -> dict:
+    from tests.test_addax import make_tiny_encoder
+
     folder = tmp_path_factory.mktemp("ddp")
     script = folder / "train.py"
     script.write_text(TRAIN)
+    encoder = make_tiny_encoder(folder / "tiny-bert")
     double = run(["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-                  str(script), str(pairs), str(folder / "two.pt")], folder)
+                  str(script), str(pairs), str(folder / "two.pt"), encoder], folder)
     assert double.returncode == 0, double.stderr[-3000:]
     return torch.load(folder / "two.pt", weights_only=True)
 
 
 def test_ddp_keeps_every_ranks_weights_identical_after_every_step(two_ranks):
     assert two_ranks["world"] == 2
-    assert two_ranks["made"] == [("DistributedDataParallel", False)] * 2   # HCAN uses every parameter
-    # 2 trainings x 3 epochs x 10 batches (8 queries x 2 positives x (1 + 4 negatives) pointwise units / 8)
-    assert two_ranks["steps"]["checked"] == 2 * 3 * 10
+    # HCAN uses every parameter; ADDAX's BERT pooler gets no gradient, so DDP must look for unused ones
+    assert two_ranks["made"] == [("DistributedDataParallel", False)] * 2 + [("DistributedDataParallel", True)]
+    # HCAN: 2 trainings x 3 epochs x 10 batches (8 queries x 2 positives x (1 + 4 negatives) pointwise units / 8);
+    # ADDAX: 32 hinge pairs in batches of 4 pairs
+    assert (two_ranks["hcan_steps"], two_ranks["steps"]["checked"]) == (2 * 3 * 10, 2 * 3 * 10 + 8)
     assert two_ranks["steps"]["differed"] == 0
+    assert len(two_ranks["addax"]["losses"]) == 1 and 0 < two_ranks["addax"]["losses"][0] < 10
 
 
 def test_two_processes_train_the_weights_one_process_trains_with_dropout_0(pairs, two_ranks):

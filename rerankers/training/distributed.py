@@ -144,42 +144,49 @@ def share(units: Sequence[Any]) -> tuple[list, float]:
     return mine, world_size() * len(mine) / len(units)
 
 
-def data_parallel(reranker, device, find_unused_parameters: bool = False):
-    """``reranker``'s training forward wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, or
-    ``None`` outside a process group.
+def data_parallel(module, device, find_unused_parameters: bool = False):
+    """A :class:`~torch.nn.parallel.DistributedDataParallel` around ``module`` whose forward computes a
+    training loss, or ``None`` outside a process group.
 
-    The wrapped module is a thin adapter whose ``forward(batch)`` is ``reranker.forward(batch)`` and whose
-    only child is ``reranker.module``: the re-rankers' ``forward`` reads attributes of their own module,
-    which a DDP wrapper in its place would hide, and the checkpoint's parameter names stay unchanged. Building
-    it broadcasts rank 0's parameters and buffers to every rank.
+    Call it with a function of no arguments that returns the loss of this rank's share (the re-ranker's
+    forward and the loss, auxiliary losses included): ``wrapped(compute)``. The wrapped module is a thin
+    adapter whose only child is ``module`` and whose ``forward(compute)`` returns ``compute()``, because
+    the re-rankers' ``forward`` reads attributes of their own module (a DDP wrapper in its place would hide
+    them), and because DDP looks for unused parameters from the forward's output: from the loss it reaches
+    every parameter the backward pass will reach, auxiliary losses' included (from the scores alone it
+    would not, and a parameter reached later is "marked ready twice"). The checkpoint's parameter names stay
+    unchanged. Building it broadcasts rank 0's parameters and buffers to every rank.
 
     Args:
-        reranker: a prepared trainable re-ranker (``module`` on ``device``, ``forward(batch)``).
+        module: the re-ranker's torch module, on ``device``.
         device: the torch device training runs on (a CUDA device becomes DDP's ``device_ids``).
-        find_unused_parameters: True when some trainable parameter gets no gradient from a batch
-            (the Trainer finds out on its first batch); it costs a graph traversal per step.
+        find_unused_parameters: True when some trainable parameter gets no gradient from a batch (the
+            Trainer finds out on its first batch); it costs a graph traversal per step.
     Returns:
-        The DDP module (call it with a batch; ``no_sync()`` for accumulation), or ``None``.
+        The DDP module (``no_sync()`` for accumulation), or ``None``.
+
+    Example:
+        >>> wrapped = data_parallel(reranker.module, device)            # doctest: +SKIP
+        >>> wrapped(lambda: loss_of(reranker.forward(batch))).backward()  # doctest: +SKIP
     """
     if not is_distributed():
         return None
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    class ForwardOf(torch.nn.Module):
-        """``reranker.forward`` as a module's forward, ``reranker.module`` its child."""
+    class LossOf(torch.nn.Module):
+        """``module`` as the only child; ``forward(compute)`` is ``compute()``."""
 
         def __init__(self):
             super().__init__()
-            self.module = reranker.module
+            self.module = module
 
-        def forward(self, batch):
-            return reranker.forward(batch)
+        def forward(self, compute):
+            return compute()
 
     device_ids = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else None
-    return DistributedDataParallel(ForwardOf(), device_ids=device_ids,
-                                   find_unused_parameters=find_unused_parameters)
+    return DistributedDataParallel(LossOf(), device_ids=device_ids, find_unused_parameters=find_unused_parameters)
 
 
 def sum_over_ranks(value: float) -> float:

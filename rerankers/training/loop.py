@@ -294,15 +294,18 @@ class Trainer:
         return total
 
     def share_loss(self, units: list, device, use_amp: bool, data_parallel=None):
-        """The configured loss of ``units``' scores (through the DDP wrapper when there is one)."""
+        """The configured loss of ``units``' scores, computed inside the DDP wrapper when there is one."""
         import torch
 
         pairs = [(query, doc) for query, docs, _ in units for doc in docs]
         batch = self.reranker.encode(pairs)
-        forward = data_parallel if data_parallel is not None else self.reranker.forward
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
-            scores = forward(batch)
-        return self.loss(scores.float(), units)
+
+        def compute():  # under DDP, inside its forward: the loss is the output it finds parameters from
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+                scores = self.reranker.forward(batch)
+            return self.loss(scores.float(), units)
+
+        return data_parallel(compute) if data_parallel is not None else compute()
 
     def data_parallel(self, units: list, device, use_amp: bool):
         """The DDP wrapper of the re-ranker (:func:`distributed.data_parallel`), ``find_unused_parameters``
@@ -320,7 +323,7 @@ class Trainer:
         if find_unused:
             log.info("%s: parameters without a gradient (%s): DDP looks for unused parameters at every step",
                      self.reranker.name, ", ".join(unused[:5]) or "on another rank")
-        return distributed.data_parallel(self.reranker, device, find_unused)
+        return distributed.data_parallel(module, device, find_unused)
 
     # -- resuming --------------------------------------------------------------------------------
     def make_scheduler(self, optimizer, total_steps: int):
