@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 STEMMERS = ("porter", "krovetz", "none")
 META_FILE = "pipeline-index.json"
+#: the size and SHA-256 of META_FILE (Lucene's own files carry CRC32 footers), checked at every open
+CHECKSUM_FILE = "pipeline-checksums.json"
 #: a build that fails its check with less free space than this beside it ran out of disk (Anserini only logs it)
 LOW_DISK_BYTES = 64 << 20
 
@@ -148,6 +150,7 @@ def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -
             json.dump({"dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
                        "documents": count, "indexed": searchable, "options": asdict(options),
                        "seconds": round(time.perf_counter() - started, 2)}, handle, indent=1)
+        filecheck.write_manifest(temp, CHECKSUM_FILE, [META_FILE])
     return path
 
 
@@ -185,6 +188,8 @@ class BM25Retriever:
             if not is_complete(path):
                 raise PipelineError(f"{path}: not a finished index (build it with python -m pipeline.index)")
             metadata = index_metadata(path)
+            # its metadata (the analysis options, the document count) as written: an edit is damage too
+            filecheck.check_manifest(path, CHECKSUM_FILE, "Lucene index", full=True)
             options = LuceneOptions(**metadata["options"])
             # a damaged cache is an error, never different numbers
             check_index(path, metadata.get("indexed", metadata.get("documents")))

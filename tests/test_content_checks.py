@@ -171,3 +171,16 @@ def test_every_exported_file_gets_the_umask_s_mode(exported):
     os.umask(mask)
     modes = {p.name: p.stat().st_mode & 0o777 for p in exported[0].iterdir()}
     assert set(modes.values()) == {0o666 & ~mask}, modes     # model.safetensors was 0600, the others 0644
+
+
+def test_an_edited_lucene_metadata_value_is_an_error(lucene_index):
+    from indexes.lucene import META_FILE
+
+    meta = lucene_index / META_FILE
+    before = meta.stat()
+    text = meta.read_text()
+    assert '"stemmer": "porter"' in text
+    meta.write_text(text.replace('"stemmer": "porter"', '"stemmer": "kporte"'))   # same size, other analysis
+    os.utime(meta, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(CorruptCacheError, match=r"pipeline-index.json does not match the SHA-256"):
+        BM25Retriever(lucene_index)

@@ -207,17 +207,18 @@ def write_stamp(path: Path, stamp: object) -> None:
 MANIFEST_FORMAT = 1
 
 
-def write_manifest(directory: Path, manifest: str) -> dict[str, dict]:
-    """Record every file under ``directory`` (sub-folders too, ``manifest`` itself excepted) with its size and
-    SHA-256 in the JSON file ``directory/manifest``; returns the records.
+def write_manifest(directory: Path, manifest: str, names: Iterable[str] | None = None) -> dict[str, dict]:
+    """Record every file under ``directory`` (sub-folders too, ``manifest`` itself excepted), or the files
+    ``names`` only, with its size and SHA-256 in the JSON file ``directory/manifest``; returns the records.
 
     Example:
         >>> write_manifest(export_dir, "neural_rerank_checksums.json")  # doctest: +SKIP
         {'config.json': {'bytes': 612, 'sha256': '9f2c...'}, ...}
     """
     directory = Path(directory)
-    names = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                   if p.is_file() and not p.is_symlink() and p.relative_to(directory).as_posix() != manifest)
+    if names is None:
+        names = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                       if p.is_file() and not p.is_symlink() and p.relative_to(directory).as_posix() != manifest)
     files = describe(directory, names)
     with atomic_write(directory / manifest) as handle:
         json.dump({"format": MANIFEST_FORMAT, "files": files}, handle, indent=1, sort_keys=True)
