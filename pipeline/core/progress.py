@@ -101,8 +101,9 @@ class tqdm(_auto_tqdm):  # noqa: N801 - a drop-in for tqdm's own class name
             return super().display(msg, pos)
         if msg == "":  # the bar is being cleared (leave=False): nothing to say
             return True
-        if self.n == 0:
-            return True  # the first draw, before any progress (or a bar closed without any)
+        if self.n == 0 or self.n == getattr(self, "_logged_n", None):
+            return True  # no progress yet (the first draw), or none since the last line (a close after 100%)
+        self._logged_n = self.n
         log.info("%s", self.log_line())
         return True
 
