@@ -77,10 +77,12 @@ def verify_entry(path: Path) -> str:
     :class:`~pipeline.core.errors.PipelineError` (``CorruptCacheError`` / ``CheckpointError``) naming it."""
     kind = entry_kind(path)
     if kind == "lucene":
-        from indexes.lucene import index_metadata
+        from indexes.lucene import CHECKSUM_FILE, index_metadata
         from indexes.lucene_check import check_index
+        from pipeline.core import filecheck
 
         metadata = index_metadata(path)
+        filecheck.check_manifest(path, CHECKSUM_FILE, "Lucene index", full=True)
         check_index(path, metadata.get("indexed", metadata.get("documents")), full=True)
     elif kind == "codes":
         from pipeline.core import filecheck
