@@ -29,6 +29,7 @@ REGISTRY = Registry("first stage", "neural_rerank.first_stages", {
     "shipped": shipped_first_stage,
     "bm25": "indexes.lucene:bm25_first_stage",
     "bm25+rm3": "indexes.lucene:bm25_rm3_first_stage",
+    "bm25s": "indexes.bm25s:bm25s_first_stage",
     "codes": "indexes.codes:codes_first_stage",
     "colbert": "indexes.codes:colbert_first_stage",
     "dense": "indexes.dense:dense_first_stage",
