@@ -10,7 +10,8 @@ weight tuned on held-out queries, cross-fitted over 5 folds on these split-less 
 retrieving k=1000. Reported: nDCG@10, R@100, R@1000 (TREC DL: relevance >= 2 for recall, the passage task's
 convention; nDCG@10 graded), ms per query end to end (``search`` over all queries in one call, as
 ``pipeline.run`` does: query encoding in batches of 32, faiss search, BM25 through Anserini, fusion; after a
-one-query warm-up; the hybrid's weight tuning is timed apart, it happens once per process), index bytes on
+one-query warm-up; the median of ``--rounds`` rounds in which the systems take turns; the hybrid's weight
+tuning is timed apart, it happens once per process), index bytes on
 disk (Lucene directory; faiss file and document ids; the hybrid holds both), index build seconds from an
 empty ``PIPELINE_HOME`` (when the caches are empty), and the two-sided paired t-test p-value of nDCG@10
 against BM25 (per query, every query of the dataset). Everything runs on one thread (torch, faiss, Anserini's
@@ -84,37 +85,41 @@ def index_bytes(system: str, retriever) -> int:
     return index_bytes("bm25", retriever.bm25) + index_bytes("dense", retriever.dense)
 
 
-def measure_dataset(name: str, k: int, threads: int) -> dict:
-    """Every system's numbers on dataset ``name``."""
+def measure_dataset(name: str, k: int, threads: int, rounds: int = 1) -> dict:
+    """Every system's numbers on dataset ``name``; ms per query is the median of ``rounds`` rounds, each
+    timing every system once in turn (so a change of the machine's load hits all systems alike)."""
     dataset = load_dataset(name)
     queries = list(dataset.queries.values())
     metrics = measures_of(dataset)
     result = {"dataset": name, "queries": len(queries), "documents": len(dataset.doc_store()),
               "measures": list(metrics), "load_before": loadavg(), "systems": {}}
-    per_query = {}
+    retrievers, rows = {}, {}
     for system in SYSTEMS:
         started = time.perf_counter()
-        retriever = retriever_of(system, dataset, threads)
-        opened = time.perf_counter() - started
-        tuning = 0.0
+        retrievers[system] = retriever_of(system, dataset, threads)
+        rows[system] = {"open_or_build_seconds": round(time.perf_counter() - started, 2)}
         if system == "hybrid-interpolate":
             started = time.perf_counter()
-            retriever.tune()
-            tuning = time.perf_counter() - started
-        retriever.search(queries[:1], k)  # warm-up: the JVM's JIT, torch's first call
-        started = time.perf_counter()
-        run = retriever.search(queries, k)
-        seconds = time.perf_counter() - started
-        evaluation = evaluate(run, dataset.qrels, " ".join(metrics))
-        per_query[system] = evaluation.per_query["nDCG@10"]
-        row = {**{m: round(evaluation.aggregate[m], 4) for m in metrics},
-               "ms_per_query": round(1000 * seconds / len(queries), 2), "index_bytes": index_bytes(system, retriever),
-               "open_or_build_seconds": round(opened, 2)}
-        if system == "hybrid-interpolate":
-            row["tuning_seconds"] = round(tuning, 2)
-            row["weights"] = retriever.tuning
+            retrievers[system].tune()
+            rows[system]["tuning_seconds"] = round(time.perf_counter() - started, 2)
+            rows[system]["weights"] = retrievers[system].tuning
         if system == "dense":
-            row["dense_build_seconds"] = retriever.meta.get("seconds")
+            rows[system]["dense_build_seconds"] = retrievers[system].meta.get("seconds")
+        retrievers[system].search(queries[:1], k)  # warm-up: the JVM's JIT, torch's first call
+    runs, times = {}, {system: [] for system in SYSTEMS}
+    for _ in range(rounds):
+        for system in SYSTEMS:
+            started = time.perf_counter()
+            runs[system] = retrievers[system].search(queries, k)
+            times[system].append(1000 * (time.perf_counter() - started) / len(queries))
+    per_query = {}
+    for system in SYSTEMS:
+        evaluation = evaluate(runs[system], dataset.qrels, " ".join(metrics))
+        per_query[system] = evaluation.per_query["nDCG@10"]
+        ordered = sorted(times[system])
+        row = {**{m: round(evaluation.aggregate[m], 4) for m in metrics},
+               "ms_per_query": round(ordered[len(ordered) // 2], 2), "ms_per_query_rounds": [round(t, 2) for t in times[system]],
+               "index_bytes": index_bytes(system, retrievers[system]), **rows[system]}
         result["systems"][system] = row
         print(f"{name} {system}: {json.dumps(row)}", flush=True)
     judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
@@ -153,6 +158,8 @@ def markdown(report: dict) -> str:
         met = [item["dataset"] for item in report["datasets"] if all(item["goal"][fusion].values())]
         lines.append(f"- {fusion}: both parts met on {len(met)} of {len(report['datasets'])} "
                      f"({', '.join(met) or 'none'})")
+    lines += ["", "Load average (1/5/15 min) before -> after each dataset: " + "; ".join(
+        f"{item['dataset']} {item['load_before']} -> {item['load_after']}" for item in report["datasets"])]
     lines += ["", "TREC DL: the collection is the shipped BM25 top-100 pool passages (not MS MARCO); recall at "
               "relevance >= 2. Hybrid weights (BM25's share) per fold are in the JSON file."]
     return "\n".join(lines) + "\n"
@@ -163,6 +170,9 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
     parser.add_argument("--k", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the other datasets of an existing OUTPUT.json (measured by an earlier run)")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds (median; systems alternate)")
     parser.add_argument("--output", default="benchmarks/results/first-stage/dense-hybrid",
                         help="write OUTPUT.json and OUTPUT.md")
     args = parser.parse_args()
@@ -176,11 +186,16 @@ def main() -> None:
               "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
               "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                          f"Python {platform.python_version()}, torch {torch.__version__}",
-              "threads": args.threads, "k": args.k, "load_start": loadavg(), "datasets": []}
+              "threads": args.threads, "k": args.k, "timing_rounds": args.rounds, "load_start": loadavg(), "datasets": []}
     from pipeline.core.atomic import write_text
 
+    if args.resume and Path(f"{args.output}.json").is_file():  # keep the datasets measured by an earlier run
+        earlier = json.loads(Path(f"{args.output}.json").read_text(encoding="utf-8"))
+        report["datasets"] = [item for item in earlier["datasets"] if item["dataset"] not in args.datasets]
+        report["command"] = f"{earlier['command']}; then {report['command']}"
+        report["date"] = f"{earlier['date']} to {report['date']}"
     for name in args.datasets:
-        report["datasets"].append(measure_dataset(name, args.k, args.threads))
+        report["datasets"].append(measure_dataset(name, args.k, args.threads, args.rounds))
         report["load_end"] = loadavg()
         write_text(f"{args.output}.json", json.dumps(report, indent=1) + "\n")  # partial results survive
         write_text(f"{args.output}.md", markdown(report))
