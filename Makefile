@@ -13,10 +13,11 @@ endif
 .PHONY: install demo test bench clean
 
 $(BIN)/.installed: pyproject.toml
+	@echo "installing into $(VENV): torch (CPU), pyserini, faiss, transformers ... a few minutes"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch is pinned exactly (2.13.0) in pyproject.toml: a looser pin pulls GBs of CUDA wheels
-	$(BIN)/pip install -q -e ".[cpu,test,pyterrier]"
+	$(BIN)/pip install --progress-bar off -e ".[cpu,test,pyterrier]"
 	touch $@
 
 install: $(BIN)/.installed
