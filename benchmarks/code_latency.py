@@ -47,6 +47,38 @@ def peak_rss_mib() -> float:
     return float("nan")
 
 
+def legacy_maxsim_scores(self, query_vectors: np.ndarray, doc_numbers: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """``CodeRetriever.maxsim_scores`` as it was before pruning (commit 2443cba), for the "before" row: the
+    codes unpacked to a +-1 float array, then the product with the query's vectors."""
+    import math
+
+    scale = 1.0 / math.sqrt(self.dim) if self.binary and not self.model.centred else 1.0
+    scores = np.zeros(len(doc_numbers), dtype=np.float32)
+    if len(query_vectors) == 0:
+        return scores
+    for start in range(0, len(doc_numbers), chunk):
+        part = doc_numbers[start : start + chunk]
+        vectors, counts = self.doc_vectors(part)
+        sims = self._centred_similarity(vectors, query_vectors) if self.model.centred else vectors @ query_vectors.T
+        bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        scores[start : start + len(part)] = np.maximum.reduceat(sims, bounds, axis=0).sum(axis=1) * scale
+    return scores
+
+
+class Config:
+    """One search configuration: a rescore depth, with today's or the former exact MaxSim."""
+
+    def __init__(self, label: str, depth: int, legacy: bool = False):
+        self.label, self.depth, self.legacy = label, depth, legacy
+
+    def apply(self, retriever) -> None:
+        retriever.rescore_depth = self.depth
+        if self.legacy:
+            retriever.maxsim_scores = legacy_maxsim_scores.__get__(retriever)
+        else:
+            retriever.__dict__.pop("maxsim_scores", None)
+
+
 def stage_times(retriever, query, depth: int, k: int) -> dict:
     """Seconds of each stage of one search of ``query`` (the stages of ``CodeRetriever.search``, each timed)."""
     times = {}
@@ -81,29 +113,33 @@ def benchmark(name: str, args) -> dict:
     meta = index_metadata(path)
     retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads)
     retriever.search(queries[:2], args.k)  # warm-up: the model's first call, the index's pages
-    runs = {depth: {} for depth in args.depths}
-    seconds = {depth: [] for depth in args.depths}
+    configs = ([Config("before: every candidate, MaxSim of 2443cba", 0, legacy=True)] if args.before else [])
+    configs += [Config("every candidate" if depth == 0 else str(depth), depth) for depth in args.depths]
+    runs = {c.label: {} for c in configs}
+    seconds = {c.label: [] for c in configs}
     for number, query in enumerate(queries):
         # rotate the order so that no configuration always runs first (caches warmed by the one before)
-        order = args.depths[number % len(args.depths):] + args.depths[: number % len(args.depths)]
-        for depth in order:
-            retriever.rescore_depth = depth
+        for config in configs[number % len(configs):] + configs[: number % len(configs)]:
+            config.apply(retriever)
             started = time.perf_counter()
-            runs[depth].update(retriever.search([query], args.k))
-            seconds[depth].append(time.perf_counter() - started)
+            runs[config.label].update(retriever.search([query], args.k))
+            seconds[config.label].append(time.perf_counter() - started)
     rows = []
-    for depth in args.depths:
-        stages = [stage_times(retriever, q, max(depth, args.k) if depth else 0, args.k) for q in queries]
-        scores = evaluate(runs[depth], qrels, MEASURES).aggregate
+    for config in configs:
+        config.apply(retriever)
+        depth = max(config.depth, args.k) if config.depth else 0
+        stages = [stage_times(retriever, q, depth, args.k) for q in queries[: args.stage_queries]]
+        scores = evaluate(runs[config.label], qrels, MEASURES).aggregate
         rows.append({
-            "rescore_depth": depth, "nDCG@10": scores["nDCG@10"], "R@100": scores["R@100"],
-            "ms_per_query": 1000 * float(np.mean(seconds[depth])),
-            "ms_median": 1000 * float(np.median(seconds[depth])),
+            "config": config.label, "rescore_depth": config.depth, "legacy_maxsim": config.legacy,
+            "nDCG@10": scores["nDCG@10"], "R@100": scores["R@100"],
+            "ms_per_query": 1000 * float(np.mean(seconds[config.label])),
+            "ms_median": 1000 * float(np.median(seconds[config.label])),
             "scored_per_query": float(np.mean([s["scored"] for s in stages])),
             "stages_ms": {stage: 1000 * float(np.mean([s[stage] for s in stages]))
                           for stage in ("encode", "knn", "prune", "exact")},
         })
-    exact = rows[args.depths.index(0)] if 0 in args.depths else rows[0]
+    exact = rows[0]  # the reference: the first configuration (the search before pruning)
     for row in rows:
         row["speedup"] = exact["ms_per_query"] / row["ms_per_query"]
         row["nDCG@10_change"] = row["nDCG@10"] - exact["nDCG@10"]
@@ -125,18 +161,20 @@ def render(results: list[dict], args, command: str) -> str:
         f"Top {args.k} per query, {args.k_prime} neighbours per query token (flat index), {describe_codes(args)}. "
         "ms/query: `CodeRetriever.search([query], k)` end to end (query encoding, kNN, approximate scores and "
         "pruning, exact MaxSim, sort), one query at a time, the configurations alternating query by query in "
-        "one process. rescore_depth 0: exact MaxSim over every candidate (the search before pruning); N: the "
-        f"max(N, k) candidates with the best score estimated from the kNN results. Stage columns: a second pass, "
-        "each stage timed alone (means).",
+        "one process. \"before\": exact MaxSim over every candidate with the MaxSim code of 2443cba (the "
+        "search before this change, the reference of the speed-up and nDCG change columns); \"every candidate\": the "
+        "same candidates with today's MaxSim; N: only the max(N, k) candidates with the best score estimated from "
+        "the kNN results are scored exactly. Stage columns: a second pass over the first "
+        f"{args.stage_queries} queries, each stage timed alone (means, ms).",
         "",
-        "| dataset | rescore_depth | docs scored exactly / query | nDCG@10 | change | R@100 | ms/query (mean) "
+        "| dataset | configuration (rescore_depth) | docs scored exactly / query | nDCG@10 | change | R@100 | ms/query (mean) "
         "| median | speed-up | encode | kNN | prune | exact MaxSim |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for row in result["rows"]:
             stages = row["stages_ms"]
-            label = "0 (exact, before)" if row["rescore_depth"] == 0 else str(row["rescore_depth"])
+            label = row["config"]
             lines.append(
                 f"| {result['dataset']} | {label} | {row['scored_per_query']:.0f} | {row['nDCG@10']:.4f} "
                 f"| {row['nDCG@10_change']:+.4f} | {row['R@100']:.4f} | {row['ms_per_query']:.1f} "
@@ -155,8 +193,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
     add_code_arguments(parser)
-    parser.add_argument("--depths", type=int, nargs="+", default=[0, 32, 64, 128, 256],
-                        help="rescore_depth values (0: exact MaxSim over every candidate)")
+    parser.add_argument("--depths", type=int, nargs="+", default=[0, 100, 256],
+                        help="rescore_depth values (0: exact MaxSim over every candidate; below k: k)")
+    parser.add_argument("--no-before", dest="before", action="store_false",
+                        help="leave out the search before pruning (every candidate, the former MaxSim code)")
+    parser.add_argument("--stage-queries", type=int, default=30,
+                        help="queries of the per-stage breakdown pass (default 30)")
     parser.add_argument("--threads", type=int, default=1, help="torch / faiss threads (default 1)")
     parser.add_argument("--k", type=int, default=100, help="documents retrieved per query (default 100)")
     parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")

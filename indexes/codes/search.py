@@ -131,12 +131,17 @@ class CodeRetriever:
         return result
 
     # document side
-    def doc_vectors(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All token vectors of the given documents (float32; +-1 for codes) and each document's count."""
+    def doc_rows(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The stored rows of the given documents' vectors, in order, and each document's count."""
         starts, ends = self.offsets[doc_numbers], self.offsets[doc_numbers + 1]
         counts = ends - starts
         total = int(counts.sum())
         rows = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(total)
+        return rows, counts
+
+    def doc_vectors(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All token vectors of the given documents (float32; +-1 for codes) and each document's count."""
+        rows, counts = self.doc_rows(doc_numbers)
         vectors = self.vectors[rows]
         if self.binary:
             vectors = unpack_codes(vectors, self.dim)
@@ -144,14 +149,28 @@ class CodeRetriever:
 
     def maxsim_scores(self, query_vectors: np.ndarray, doc_numbers: np.ndarray, chunk: int = 256) -> np.ndarray:
         """Exact MaxSim of one query against documents (each must have at least one vector)."""
-        scale = 1.0 / math.sqrt(self.dim) if self.binary and not self.model.centred else 1.0
+        plain_codes = self.binary and not self.model.centred
+        scale = 1.0 / math.sqrt(self.dim) if plain_codes else 1.0
         scores = np.zeros(len(doc_numbers), dtype=np.float32)
         if len(query_vectors) == 0:
             return scores
+        if plain_codes:  # q . (2 bits - 1) = (bits @ 2q) - sum(q): one product with the 0/1 bits, no +-1 copy
+            doubled = np.ascontiguousarray(2.0 * query_vectors.T, dtype=np.float32)
+            total = query_vectors.sum(axis=1, dtype=np.float32)
+        else:
+            transposed = np.ascontiguousarray(query_vectors.T, dtype=np.float32)
         for start in range(0, len(doc_numbers), chunk):
             part = doc_numbers[start : start + chunk]
-            vectors, counts = self.doc_vectors(part)
-            sims = self._centred_similarity(vectors, query_vectors) if self.model.centred else vectors @ query_vectors.T
+            rows, counts = self.doc_rows(part)
+            stored = self.vectors[rows]
+            if plain_codes:
+                bits = np.unpackbits(stored, axis=-1, count=self.dim, bitorder="little").astype(np.float32)
+                sims = bits @ doubled
+                sims -= total
+            elif self.model.centred:
+                sims = self._centred_similarity(unpack_codes(stored, self.dim), query_vectors)
+            else:
+                sims = stored @ transposed
             bounds = np.concatenate([[0], np.cumsum(counts)[:-1]])
             scores[start : start + len(part)] = np.maximum.reduceat(sims, bounds, axis=0).sum(axis=1) * scale
         return scores
