@@ -156,7 +156,7 @@ def render(results: list[dict], args, command: str) -> str:
         f"# Code first stage: pruning before exact MaxSim ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{machine_line(args.threads)})",
         "",
-        f"Command: `{command}`. Load average before / after: {args.load_before} / {args.load_after}.",
+        f"Command: `{command}`. Load average (1, 5, 15 min) before / after: {" ".join(args.load_before)} / {" ".join(args.load_after)}.",
         "",
         f"Top {args.k} per query, {args.k_prime} neighbours per query token (flat index), {describe_codes(args)}. "
         "ms/query: `CodeRetriever.search([query], k)` end to end (query encoding, kNN, approximate scores and "

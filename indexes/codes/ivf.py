@@ -3,7 +3,7 @@ collections whose token vectors do not fit a flat index in memory (MS MARCO pass
 
 Built from the encoded shards without holding them all: the coarse quantizer is trained (k-means, on the
 GPU when faiss sees one) on a seeded sample of the shards' vectors (:data:`TRAIN_PER_LIST` per list, at most
-:data:`MAX_TRAIN` vectors), each shard is added to its own copy of the trained index (a block of inverted
+:data:`MAX_TRAIN` vectors; the default number of lists is ``4 sqrt(vectors)``, at most 32,768), each shard is added to its own copy of the trained index (a block of inverted
 lists; under torchrun each rank adds its own shards), and faiss merges the blocks' lists on disk into
 :data:`DATA_FILE` (``OnDiskInvertedLists.merge_from_multiple``, what ``faiss.contrib.ondisk.merge_ondisk``
 does for float indexes). The lists are the only copy of the vectors (format 2): the exact MaxSim of the
@@ -49,9 +49,9 @@ TRAINED_FILE = "trained.index"
 BLOCK_VECTORS = 1 << 24
 #: training vectors per inverted list (faiss warns below 39)
 TRAIN_PER_LIST = 64
-#: at most this many training vectors (k-means on a binary index runs on their bits as floats: 1M 512-bit
-#: codes are 2 GiB)
-MAX_TRAIN = 1 << 20
+#: at most this many training vectors (k-means on a binary index runs on their bits as floats: 2M 512-bit
+#: codes are 4 GiB), so at most ``MAX_TRAIN / TRAIN_PER_LIST`` = 32,768 lists
+MAX_TRAIN = 1 << 21
 
 
 def list_count(total: int, requested: int = 0) -> int:

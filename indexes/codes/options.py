@@ -91,7 +91,7 @@ class CodeOptions:
     seed: int = code_option(42, "training seed (and of the lsh hyperplanes unless hash_seed)")
     index_type: str = code_option("flat", "flat | hnsw | ivf (inverted lists, memory-mapped: large collections)")
     hnsw_m: int = code_option(32, "hnsw: neighbours per graph node")
-    ivf_nlist: int = code_option(0, "ivf: inverted lists (default 0: 4 x sqrt(token vectors))")
+    ivf_nlist: int = code_option(0, "ivf: inverted lists (default 0: 4 x sqrt(token vectors), at most 32,768)")
     # not part of the cache key
     k_prime: int = code_option(256, "neighbours per query token at search time", compare=False)
     ivf_nprobe: int = code_option(16, "ivf: lists visited per query token at search time", compare=False)
