@@ -71,8 +71,10 @@ def test_index_metadata(porter_index, index_root):
     assert meta["documents"] == len(DOCS) and meta["dataset"] == "tiny"
     assert meta["options"] == {"stemmer": "porter", "keep_stopwords": False}
     assert porter_index.parent == index_root and is_complete(porter_index)
-    # the exported JSONL is gone; the stamp says the files were verified (indexes.lucene_check)
-    assert sorted(os.listdir(porter_index)) == sorted(["lucene", lucene.META_FILE, "pipeline-verified.json"])
+    # the exported JSONL is gone; the stamp says the files were verified (indexes.lucene_check); the metadata's
+    # checksum is beside it
+    assert sorted(os.listdir(porter_index)) == sorted(["lucene", lucene.META_FILE, lucene.CHECKSUM_FILE,
+                                                       "pipeline-verified.json"])
 
 
 def test_second_build_uses_the_cache(porter_index, index_root, monkeypatch):
