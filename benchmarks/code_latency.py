@@ -14,6 +14,8 @@ exactly per query, and a breakdown of the time into those stages (one more pass,
 The index's bytes per stored vector and the process's peak resident memory (``VmHWM``) are reported too.
 Encoders and indexes are the ones ``code_first_stage.py`` builds with the same options (shared cache).
 Results: Markdown at ``--output`` and the same numbers as JSON beside it.
+``python benchmarks/code_latency.py --combine PART.md ... OUTPUT.md`` puts runs made side by side (one
+dataset per process) into one file.
 """
 from __future__ import annotations
 
@@ -156,7 +158,8 @@ def render(results: list[dict], args, command: str) -> str:
         f"# Code first stage: pruning before exact MaxSim ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{machine_line(args.threads)})",
         "",
-        f"Command: `{command}`. Load average (1, 5, 15 min) before / after: {" ".join(args.load_before)} / {" ".join(args.load_after)}.",
+        f"Command: `{command}`. Load average (1, 5, 15 min) before / after: {' '.join(args.load_before)} / "
+        f"{' '.join(args.load_after)}.",
         "",
         f"Top {args.k} per query, {args.k_prime} neighbours per query token (flat index), {describe_codes(args)}. "
         "ms/query: `CodeRetriever.search([query], k)` end to end (query encoding, kNN, approximate scores and "
@@ -189,7 +192,25 @@ def render(results: list[dict], args, command: str) -> str:
     return "\n".join(lines)
 
 
+def combine(parts: list[str], output: str) -> None:
+    """Write ``output`` (.md and .json) from the results of runs made in separate processes (one dataset each,
+    run side by side): their Markdown one after the other, their JSON as a list."""
+    from pipeline.core.atomic import write_text
+
+    texts = [Path(part).with_suffix(".md").read_text(encoding="utf-8") for part in parts]
+    runs = [json.loads(Path(part).with_suffix(".json").read_text(encoding="utf-8")) for part in parts]
+    title = "# Code first stage: pruning before exact MaxSim, end to end\n\n" + (
+        f"{len(parts)} runs, each in its own process (run side by side); each section below is one run with its "
+        "own command, date and load.\n\n")
+    write_text(Path(output).with_suffix(".md"), title + "\n".join("#" + text for text in texts))
+    write_text(Path(output).with_suffix(".json"), json.dumps({"runs": runs}, indent=1) + "\n")
+
+
 def main(argv=None) -> None:
+    if argv is None and sys.argv[1:2] == ["--combine"] or argv and argv[:1] == ["--combine"]:
+        arguments = (argv if argv is not None else sys.argv[1:])[1:]
+        combine(arguments[:-1], arguments[-1])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
     add_code_arguments(parser)

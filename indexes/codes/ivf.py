@@ -179,13 +179,13 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
     index = _read(trained_file, binary)
     blocks, lists = [], faiss.InvertedListsPtrVector()
     for block_file in block_files:
-        block = _read(block_file, binary, faiss.IO_FLAG_MMAP)
-        block.own_invlists = False  # the merged lists are copied out; the block keeps its memory map
+        block = _read(block_file, binary, faiss.IO_FLAG_MMAP)  # its lists stay on disk, paged in by the merge
         blocks.append(block)
         lists.push_back(block.invlists)
     with _quiet_stdout():
         merged = faiss.OnDiskInvertedLists(index.nlist, index.code_size, str(folder / DATA_FILE))
         total = merged.merge_from_multiple(lists.data(), lists.size(), False)
+    del lists, blocks  # the blocks (and their memory maps) are released here: their lists were copied out
     index.ntotal = total
     index.replace_invlists(merged, True)
     merged.this.disown()
@@ -204,7 +204,7 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
             ids = faiss.rev_swig_ptr(merged.get_ids(number), int(size)).copy()
             ranks[ids] = np.arange(starts[number], starts[number] + size, dtype=ranks.dtype)
     ranks.flush()
-    del ranks, blocks
+    del ranks
     return int(total)
 
 
