@@ -5,7 +5,7 @@ optimizer steps on fold 0 of a dataset, under ``torchrun --nproc-per-node 1|2`` 
 and records:
 
 * bytes all-reduced per step: with DistributedDataParallel, the buckets its communication hook receives
-  (a counting hook around torch's default ``allreduce_hook``); with the hand-written sync of earlier commits
+  (a counting copy of torch's default ``allreduce_hook``); with the hand-written sync of earlier commits
   (``--tree`` pointing at a checkout of one), the tensors handed to ``torch.distributed.all_reduce``;
 * seconds per step (median over the steps after the first ``--warmup``), measured on rank 0 between
   optimizer steps, so every rank's forward, backward, communication and step is inside.
@@ -36,7 +36,6 @@ def worker(args) -> None:
     """One measured training under torchrun (or alone); rank 0 writes ``args.out``."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     from pipeline.core.datasets import load_dataset
@@ -57,10 +56,11 @@ def worker(args) -> None:
 
     dist.all_reduce = counting_all_reduce
 
-    def counting_hook(state, bucket):  # every DDP bucket, then torch's own all_reduce of it
-        sent["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+    def counting_hook(state, bucket):  # torch's allreduce_hook on the uncounted all_reduce, each bucket counted once
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        sent["bytes"] += tensor.numel() * tensor.element_size()
         sent["calls"] += 1
-        return default_hooks.allreduce_hook(state, bucket)
+        return plain_all_reduce(tensor, async_op=True).get_future().then(lambda done: done.value()[0])
 
     plain_init = DistributedDataParallel.__init__
 
@@ -131,17 +131,23 @@ def driver(args) -> None:
     record = {"command": "python " + " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc)
               .strftime("%Y-%m-%d %H:%M UTC"), "loadavg_before": load_before,
               "loadavg_after": Path("/proc/loadavg").read_text().split()[:3], "dataset": args.dataset,
-              "reranker": args.reranker, "rows": rows}
+              "reranker": args.reranker, "note": args.note, "rows": rows}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "ddp_traffic.json").write_text(json.dumps(record, indent=1))
-    lines = [f"# Bytes all-reduced per step and seconds per step, {args.reranker} on {args.dataset}", "",
-             f"`{record['command']}` ({record['date']}; load average {' '.join(load_before)} before, "
-             f"{' '.join(record['loadavg_after'])} after; gloo on CPU, one thread per rank)", "",
-             "| code | embeddings | processes | trainable parameters | MB all-reduced per step | collectives per step | median s per step |",
+    write_table(record)
+
+
+def write_table(record: dict) -> None:
+    """``ddp_traffic.md`` from a driver's record."""
+    lines = [f"# Bytes all-reduced per step and seconds per step, {record['reranker']} on {record['dataset']}", "",
+             f"`{record['command']}` ({record['date']}; load average {' '.join(record['loadavg_before'])} before, "
+             f"{' '.join(record['loadavg_after'])} after, on 2 cores shared with other jobs; gloo on CPU, one "
+             f"thread per rank). {record.get('note') or ''}".rstrip(), "",
+             "| code | embeddings | processes | trainable parameters | bytes all-reduced per step | collectives per step | median s per step |",
              "|---|---|---|---|---|---|---|"]
-    for row in rows:
+    for row in record["rows"]:
         lines.append(f"| {row['code']} | {'frozen' if row['frozen_embeddings'] else 'trained'} | {row['world']} | "
-                     f"{row['trainable_parameters']:,} | {row['bytes_per_step'] / 1e6:.2f} | "
+                     f"{row['trainable_parameters']:,} | {row['bytes_per_step']:,.0f} | "
                      f"{row['collectives'] / max(1, row['steps']):.1f} | {row['median_step_s']:.4f} |")
     (OUT / "ddp_traffic.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -158,8 +164,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--trees", nargs="+", default=[f"ddp={ROOT}"],
                         help="LABEL=DIRECTORY of a checkout to measure (e.g. the commit before DDP)")
+    parser.add_argument("--note", default="", help="recorded with the results (e.g. which commits the trees are)")
+    parser.add_argument("--table-only", action="store_true", help="rewrite the .md table from the .json")
     args = parser.parse_args()
-    worker(args) if args.worker else driver(args)
+    if args.table_only:
+        record = json.loads((OUT / "ddp_traffic.json").read_text())
+        record["note"] = args.note or record.get("note", "")
+        (OUT / "ddp_traffic.json").write_text(json.dumps(record, indent=1))
+        write_table(record)
+    else:
+        worker(args) if args.worker else driver(args)
 
 
 if __name__ == "__main__":
