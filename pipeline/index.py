@@ -57,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with exit_cleanly(KEPT_ON_INTERRUPT):
         # under torchrun: each rank encodes its share of the code index's shards, rank 0 assembles and prints
-        distributed.init_from_environment()
+        try:
+            distributed.init_from_environment()
+        except PipelineError as error:  # e.g. a bad PIPELINE_DIST_TIMEOUT_S
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         try:
             return build(args)
         finally:
