@@ -119,7 +119,8 @@ def test_a_connection_that_never_completes_its_headers_is_closed(served, trickle
         elapsed = time.monotonic() - begun
     finally:
         sock.close()
-    assert closed and FAST.header_timeout <= elapsed < FAST.header_timeout + 3
+    # the server starts the clock when it accepts, a moment before the client has its connected socket
+    assert closed and FAST.header_timeout - 0.2 <= elapsed < FAST.header_timeout + 3
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_time(served):

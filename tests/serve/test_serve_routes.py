@@ -292,7 +292,7 @@ def test_a_checkpoint_served_in_bf16_scores_in_bf16_and_int8_is_refused_for_knrm
     assert serve.main(["--checkpoint", str(path), "--int8"]) == 2
     assert "--int8 applies to the transformer re-rankers" in capsys.readouterr().err
     assert serve.main(["--checkpoint", str(path), "--int8", "--bf16"]) == 2
-    assert "exclude each other" in capsys.readouterr().err
+    assert "choose one scoring arithmetic" in capsys.readouterr().err
 
 
 def test_a_port_in_use_is_a_config_error(trained):
