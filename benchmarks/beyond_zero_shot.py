@@ -220,11 +220,17 @@ SAFE_FILES = {
     "nfcorpus/bi-encoder-zero-shot.json": "nfcorpus/bi-encoder-zero-shot-safe.json",
     "wikiqa/bi-encoder-zero-shot.json": "wikiqa/bi-encoder-zero-shot-safe.json",
     "cranfield/knrm.json": "cranfield/knrm-safe.json",
+    "dl/2019-bi-encoder-zero-shot.json": "dl/2019-bi-encoder-zero-shot-safe.json",
+    "dl/2020-bi-encoder-zero-shot.json": "dl/2020-bi-encoder-zero-shot-safe.json",
+    "dl/2021-bi-encoder-zero-shot.json": "dl/2021-bi-encoder-zero-shot-safe.json",
 }
 
-#: why a row was not re-measured (the trained models are not cached on this machine; retraining them all
-#: does not fit the shared 2-core budget)
-NOT_REMEASURED = "not re-measured: its trained models are not cached here and retraining 3 seeds did not fit the budget"
+#: why a row was not re-measured: its trained models are not cached on this machine, and retraining every
+#: model of the table for 3 seeds does not fit the shared 2-core budget (the result files keep no per-query
+#: scores or runs from which the rule could be re-applied)
+NOT_REMEASURED = ("not re-measured: the result file keeps per-seed means and p-values only (no runs, no "
+                  "per-query scores), its trained models are not cached here, and retraining them for 3 seeds did "
+                  "not fit the shared 2-core budget")
 
 
 def count(row: dict, metric: str, first: float) -> dict:
@@ -235,6 +241,18 @@ def count(row: dict, metric: str, first: float) -> dict:
         return {"above": None, "below": None, "seeds": len(values), "reason": "no p-values recorded"}
     return {"above": sum(1 for v, p in known if p < SIGNIFICANCE and v > first),
             "below": sum(1 for v, p in known if p < SIGNIFICANCE and v < first), "seeds": len(values)}
+
+
+def seed_marks(row: dict, metric: str, first: float) -> dict[int, str | None]:
+    """``seed -> "above" / "below" / "level"`` (p < .05 as recorded), ``None`` where no p-value was kept."""
+    marks = {}
+    for seed, value, p in zip(row.get("seeds", []), row.get(metric, []), row.get(f"p:{metric}") or []):
+        if p is None or p != p:
+            marks[seed] = None
+        else:
+            marks[seed] = ("above" if p < SIGNIFICANCE and value > first else
+                           "below" if p < SIGNIFICANCE and value < first else "level")
+    return marks
 
 
 def load(file: str) -> dict | None:
@@ -267,22 +285,34 @@ def table_counts() -> dict:
         safe = load(safe_file) if safe_file else None
         if safe is None:
             entry["safe"] = None
-            entry["reason"] = NOT_REMEASURED if safe_file is None else f"{safe_file} not written yet"
+            entry["reason"] = NOT_REMEASURED if safe_file is None else (
+                f"{safe_file} not written: the re-measurement did not finish in the time available")
         else:
             safe_row = safe["results"][f"{row['row']}+safe"]
             entry["safe_file"] = safe_file
+            if safe.get("partial"):
+                entry["safe_partial"] = (f"{safe['partial']} re-measured (the rest did not finish in the time "
+                                         "available); the old rule's counts are over all 3 seeds of the table")
             entry["safe"] = count(safe_row, row["metric"], safe["first_stage"][row["metric"]])
             entry["safe"]["mean"] = mean(safe_row[row["metric"]])
             # the old rule as re-measured by the same script: checks that it reproduces the table's row
             entry["old_remeasured"] = count(safe["results"][f"{row['row']}+interp"], row["metric"],
                                             safe["first_stage"][row["metric"]])
             entry["old_remeasured"]["mean"] = mean(safe["results"][f"{row['row']}+interp"][row["metric"]])
-        for rule in ("old", "safe"):
-            # the safe rule's totals take the old counts where a row was not re-measured, said per row
-            counted = entry.get(rule) or entry["old"]
-            if counted.get("below") is not None:
-                totals[rule]["below"] += counted["below"]
-                totals[rule]["above"] += counted["above"]
+        # per seed: the safe rule's count where that seed was re-measured, else the old rule's (said per row)
+        old_marks = seed_marks(combined, row["metric"], first)
+        safe_marks = dict(old_marks)
+        if entry.get("safe"):
+            safe_row = safe["results"][f"{row['row']}+safe"]
+            safe_marks.update(seed_marks(safe_row, row["metric"], safe["first_stage"][row["metric"]]))
+            kept_old = sorted(set(old_marks) - set(seed_marks(safe_row, row["metric"], 0.0)))
+            if kept_old:
+                entry["safe_totals_use_old_seeds"] = kept_old
+        for rule, marks in (("old", old_marks), ("safe", safe_marks)):
+            known = [m for m in marks.values() if m is not None]
+            if known:
+                totals[rule]["below"] += sum(1 for m in known if m == "below")
+                totals[rule]["above"] += sum(1 for m in known if m == "above")
                 totals[rule]["rows_with_p"] += 1
         details.append(entry)
     remeasured = [d for d in details if d.get("safe")]
@@ -290,8 +320,10 @@ def table_counts() -> dict:
                       "stage, Holm-corrected over the rows alone/combined, as recorded by the run)",
             "below_first_stage_count": {"old_rule": totals["old"]["below"], "safe_rule": totals["safe"]["below"]},
             "above_first_stage_count": {"old_rule": totals["old"]["above"], "safe_rule": totals["safe"]["above"]},
-            "safe_rule_counts_note": f"{len(remeasured)} rows re-measured under the safe rule; the other rows "
-                                     "with p-values enter the safe rule's totals with their old-rule counts",
+            "safe_rule_counts_note": f"{len(remeasured)} rows re-measured under the safe rule; seeds not "
+                                     "re-measured (whole rows, or the seeds a row lists in "
+                                     "safe_totals_use_old_seeds) enter the safe rule's totals with their old-rule "
+                                     "marks",
             "rows": details}
 
 
@@ -376,13 +408,47 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
         entry["best_trained_combined"] = best["mean"]
         entry["best_trained_per_seed"] = best["per_seed"]
         entry["seeds"] = best["seeds"]
+        safe = load(SAFE_FILES[best["file"]]) if best["file"] in SAFE_FILES else None
+        if safe is not None:
+            row = safe["results"][best["row"].replace("+interp", "+safe")]
+            entry["best_trained_combined_safe"] = {"mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
+                                                   "seeds": row["seeds"], "file": SAFE_FILES[best["file"]]}
     zero_mean = entry["zero_shot_combined"].get("mean")
     entry["p_vs_zero_shot"] = None
     entry["p_vs_zero_shot_reason"] = NO_PER_QUERY if best is not None and zero_mean is not None else (
         "no zero-shot combination to compare with" if zero_mean is None else "no trained combination")
+    paired = paired_vs_zero_shot(zero_file, best["file"] if best else None, best["row"] if best else None)
+    if paired is not None:
+        entry.update(paired)
     if best is not None and zero_mean is not None:
         entry["best_trained_minus_zero_shot"] = round(best["mean"] - zero_mean, 4)
     return entry
+
+
+def paired_vs_zero_shot(zero_file: str | None, trained_file: str | None, trained_row: str | None) -> dict | None:
+    """Per seed, the paired t-test (two-sided) of the trained combination against the zero-shot one, both
+    under the safe rule, where re-measurements with per-query values exist for both; else ``None``."""
+    from scipy import stats
+
+    zero = load(SAFE_FILES[zero_file]) if zero_file in SAFE_FILES else None
+    trained = load(SAFE_FILES[trained_file]) if trained_file in SAFE_FILES else None
+    if zero is None or trained is None or "per_query" not in zero or "per_query" not in trained:
+        return None
+    zero_runs = zero["per_query"]["runs"].get("bi-encoder+safe", {})
+    trained_runs = trained["per_query"]["runs"].get(trained_row.replace("+interp", "+safe"), {})
+    pvalues, deltas, seeds = [], [], []
+    for seed in sorted(set(zero_runs) & set(trained_runs), key=int):
+        common = sorted(set(zero_runs[seed]) & set(trained_runs[seed]))
+        a = [trained_runs[seed][q] for q in common]
+        b = [zero_runs[seed][q] for q in common]
+        pvalues.append(1.0 if a == b else round(float(stats.ttest_rel(a, b).pvalue), 6))
+        deltas.append(round(statistics.mean(a) - statistics.mean(b), 4))
+        seeds.append(int(seed))
+    if not seeds:
+        return None
+    return {"p_vs_zero_shot": pvalues, "p_vs_zero_shot_seeds": seeds, "best_trained_minus_zero_shot_per_seed": deltas,
+            "p_vs_zero_shot_reason": "paired t-test (two-sided) per seed, trained+safe vs zero-shot+safe, from "
+                                     f"{SAFE_FILES[trained_file]} and {SAFE_FILES[zero_file]}"}
 
 
 def build() -> dict:
@@ -390,6 +456,51 @@ def build() -> dict:
     return {"generated_by": "python benchmarks/beyond_zero_shot.py build",
             "collections": [collection_summary(*c) for c in COLLECTIONS],
             **table_counts()}
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "recommendations.md"
+
+
+def fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def render_safe_table(summary: dict) -> str:
+    """The old-vs-safe table of docs/recommendations.md (block ``safe-combination``), from the summary."""
+    lines = ["| collection | re-ranker | metric | first stage | old rule: combined (sig. above / below, of 3) "
+             "| safe rule: combined (above / below) | source |", "|---|---|---|---|---|---|---|"]
+    for row in summary["rows"]:
+        old = row.get("old")
+        if old is None:
+            continue
+        safe = row.get("safe")
+        remeasured = row.get("old_remeasured")
+
+        def cell(counted):
+            if counted is None:
+                return "not re-measured"
+            marks = ("n/r" if counted.get("above") is None else
+                     f"{counted['above']}↑ {counted['below']}↓ /{counted['seeds']}")
+            return f"{fmt(counted.get('mean'))} ({marks})"
+        old_cell = cell(old) + (f"; re-measured {cell(remeasured)}" if remeasured else "")
+        source = f"`{row['file']}`" + (f", `{row['safe_file']}`" if row.get("safe_file") else "")
+        first = load(row["file"])["first_stage"][row["metric"]]
+        lines.append(f"| {row['collection']} | {row['model']} | {row['metric']} | {first:.4f} | {old_cell} | "
+                     f"{cell(safe)} | {source} |")
+    below, above = summary["below_first_stage_count"], summary["above_first_stage_count"]
+    lines += ["", f"Seeds significantly below the first stage over the table: old rule {below['old_rule']}, safe "
+                  f"rule {below['safe_rule']}; significantly above: old rule {above['old_rule']}, safe rule "
+                  f"{above['safe_rule']} ({summary['safe_rule_counts_note']})."]
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(text: str, name: str, block: str) -> str:
+    """``text`` with the lines between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` replaced by ``block``."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in text or end not in text:
+        raise SystemExit(f"{DOC} lacks the markers {begin} / {end}")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + block + end + rest.split(end, 1)[1]
 
 
 def main(argv=None) -> int:
@@ -415,7 +526,14 @@ def main(argv=None) -> int:
     if args.command == "measure":
         write_json(Path(args.output), measure(args))
     else:
-        write_json(Path(args.output), build())
+        summary = build()
+        write_json(Path(args.output), summary)
+        if DOC.is_file():
+            from pipeline.core.atomic import atomic_write
+
+            text = replace_block(DOC.read_text(encoding="utf-8"), "safe-combination", render_safe_table(summary))
+            with atomic_write(DOC) as handle:
+                handle.write(text)
     print(f"wrote {args.output}")
     return 0
 

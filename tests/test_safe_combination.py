@@ -224,7 +224,7 @@ def named(dataset: Dataset, name: str, judged: bool = True) -> Dataset:
 
 @pytest.mark.parametrize("name, judged, expected", [
     ("my-collection", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
-    ("my-collection", False, ("bi-encoder", "all-MiniLM-L6-v2", (), None, "0.5")),
+    ("my-collection", False, ("bi-encoder", "all-MiniLM-L6-v2", (), None, "UNJUDGED")),
     ("cranfield", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
     ("microblog", True, ("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
                          None)),
@@ -234,7 +234,7 @@ def test_auto_takes_the_measured_pipeline_of_the_collection(name, judged, expect
     from pipeline.config import RunConfig
     from pipeline.presets import UNJUDGED_WEIGHT, resolve_auto
 
-    assert str(UNJUDGED_WEIGHT) == "0.5" or expected[-1] is None
+    expected = expected[:-1] + (str(UNJUDGED_WEIGHT) if expected[-1] == "UNJUDGED" else expected[-1],)
     config = resolve_auto(RunConfig(reranker="auto"), named(graded_dataset(10), name, judged))
     assert (config.reranker, config.model, config.overrides, config.k, config.interpolate) == expected
     # what the user gave is kept
@@ -271,3 +271,11 @@ def test_auto_from_an_empty_home_scores_with_the_packaged_bi_encoder(monkeypatch
     expected = interpolate(dataset.first_stage, result.reranked, UNJUDGED_WEIGHT)
     for query_id, hits in result.run.items():
         assert [h.doc_id for h in hits] == [h.doc_id for h in expected[query_id]]
+
+
+def test_the_recommendations_page_shows_the_summary_as_rendered():
+    script = load_script()
+    kept = json.loads((ROOT / "benchmarks" / "results" / "beyond-zero-shot.json").read_text(encoding="utf-8"))
+    doc = (ROOT / "docs" / "recommendations.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- safe-combination:begin -->\n", 1)[1].split("<!-- safe-combination:end -->", 1)[0]
+    assert block == script.render_safe_table(kept), "stale: run python benchmarks/beyond_zero_shot.py build"
