@@ -1006,6 +1006,8 @@ def test_an_ivf_index_probing_every_list_finds_what_the_flat_index_finds(built, 
     width = 16 // 8 if kind == "codes" else 16 * 4
     assert (path / ivf.DATA_FILE).stat().st_size == meta["vectors"] * (width + 8)
     assert np.load(path / ivf.RANKS_FILE).dtype == np.uint32
+    assert probed_all.index_bytes == meta["index_bytes"] == sum((path / n).stat().st_size
+                                                                for n in (codes.FAISS_FILE, ivf.DATA_FILE))
     for query_id, hits in flat.items():
         got = probed_all.search([dataset.queries[query_id]], 5)[query_id]
         assert [h.doc_id for h in got] == [h.doc_id for h in hits]

@@ -79,8 +79,10 @@ def index_metadata(path: Path) -> dict:
 
 
 def index_size_bytes(path: Path) -> int:
-    """Size of the faiss index file (the codes / vectors and, for HNSW, the graph)."""
-    return (Path(path) / FAISS_FILE).stat().st_size
+    """Size of the faiss index: its file (the codes / vectors and, for HNSW, the graph) and, for a format-2
+    IVF index, its inverted lists on disk."""
+    lists = Path(path) / ivf_index.DATA_FILE
+    return (Path(path) / FAISS_FILE).stat().st_size + (lists.stat().st_size if lists.is_file() else 0)
 
 
 def storage_bytes(path: Path) -> int:
@@ -405,7 +407,7 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
                 "dataset": source.dataset.name, "description": source.description,
                 "fingerprint": source.dataset.fingerprint, "queries": len(source.query_ids),
                 "report": encoder_meta.get("training")},
-            "documents": len(doc_ids), "vectors": vector_count, "index_bytes": (temp / FAISS_FILE).stat().st_size,
+            "documents": len(doc_ids), "vectors": vector_count, "index_bytes": index_size_bytes(temp),
             "files": describe(temp, VERIFIED_FILES + (ivf_index.FILES if ivf else ())),
             **({"ivf_lists": lists} if ivf else {}),
             "seconds": round(time.perf_counter() - started, 2),
