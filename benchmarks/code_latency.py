@@ -70,15 +70,52 @@ def legacy_maxsim_scores(self, query_vectors: np.ndarray, doc_numbers: np.ndarra
 class Config:
     """One search configuration: a rescore depth, with today's or the former exact MaxSim."""
 
-    def __init__(self, label: str, depth: int, legacy: bool = False):
-        self.label, self.depth, self.legacy = label, depth, legacy
+    def __init__(self, label: str, depth: int, legacy: bool = False, retriever=None):
+        self.label, self.depth, self.legacy, self.retriever = label, depth, legacy, retriever
 
-    def apply(self, retriever) -> None:
+    def apply(self, retriever):
+        """Set ``retriever`` (or this configuration's own) up for this configuration; returns it."""
+        retriever = self.retriever or retriever
         retriever.rescore_depth = self.depth
         if self.legacy:
             retriever.maxsim_scores = legacy_maxsim_scores.__get__(retriever)
         else:
             retriever.__dict__.pop("maxsim_scores", None)
+        return retriever
+
+
+def ivf_copy(retriever, path: Path, lists: int) -> Path:
+    """A format-2 IVF index over the very codes of the flat index at ``path`` (its encoder, documents and ids
+    linked, nothing re-encoded), beside it; built once, then found."""
+    import shutil
+
+    from indexes.codes import (ENCODER_FILE, FAISS_FILE, META_FILE, VERIFIED_FILES, CodeOptions, index_metadata,
+                               index_size_bytes, ivf)
+    from pipeline.core.filecheck import describe
+
+    target = path.parent / f"{path.name}-ivf{lists}"
+    if (target / META_FILE).is_file():
+        return target
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    codes = np.asarray(retriever.vectors)
+    shards, counts = [], []
+    for number, start in enumerate(range(0, len(codes), 100_000)):
+        shards.append(target / f".shard-{number:03d}.npz")
+        np.savez(shards[-1], vectors=codes[start:start + 100_000])
+        counts.append(len(codes[start:start + 100_000]))
+    options = CodeOptions(kind="codes", dim=retriever.dim, index_type="ivf", ivf_nlist=lists)
+    made = ivf.assemble(shards, counts, options, target, FAISS_FILE, seed=0)
+    for shard in shards:
+        shard.unlink()
+    for name in (*VERIFIED_FILES[1:], ENCODER_FILE):
+        shutil.copyfile(path / name, target / name)
+    meta = index_metadata(path)
+    meta.update(options={**meta["options"], "index_type": "ivf", "ivf_nlist": lists}, ivf_lists=made,
+                files=describe(target, VERIFIED_FILES + ivf.FILES), index_bytes=index_size_bytes(target),
+                note=f"IVF copy of {path.name}'s codes made by benchmarks/code_latency.py")
+    (target / META_FILE).write_text(json.dumps(meta, indent=1))
+    return target
 
 
 def stage_times(retriever, query, depth: int, k: int) -> dict:
@@ -117,20 +154,27 @@ def benchmark(name: str, args) -> dict:
     retriever.search(queries[:2], args.k)  # warm-up: the model's first call, the index's pages
     configs = ([Config("before: every candidate, MaxSim of 2443cba", 0, legacy=True)] if args.before else [])
     configs += [Config("every candidate" if depth == 0 else str(depth), depth) for depth in args.depths]
+    if args.ivf_lists:
+        ivf_path = ivf_copy(retriever, path, args.ivf_lists)
+        ivf_retriever = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe)
+        ivf_retriever.search(queries[:2], args.k)
+        configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), "
+                           + ("every candidate" if depth == 0 else str(depth)), depth, retriever=ivf_retriever)
+                    for depth in args.ivf_depths]
     runs = {c.label: {} for c in configs}
     seconds = {c.label: [] for c in configs}
     for number, query in enumerate(queries):
         # rotate the order so that no configuration always runs first (caches warmed by the one before)
         for config in configs[number % len(configs):] + configs[: number % len(configs)]:
-            config.apply(retriever)
+            searcher = config.apply(retriever)
             started = time.perf_counter()
-            runs[config.label].update(retriever.search([query], args.k))
+            runs[config.label].update(searcher.search([query], args.k))
             seconds[config.label].append(time.perf_counter() - started)
     rows = []
     for config in configs:
-        config.apply(retriever)
+        searcher = config.apply(retriever)
         depth = max(config.depth, args.k) if config.depth else 0
-        stages = [stage_times(retriever, q, depth, args.k) for q in queries[: args.stage_queries]]
+        stages = [stage_times(searcher, q, depth, args.k) for q in queries[: args.stage_queries]]
         scores = evaluate(runs[config.label], qrels, MEASURES).aggregate
         rows.append({
             "config": config.label, "rescore_depth": config.depth, "legacy_maxsim": config.legacy,
@@ -218,6 +262,11 @@ def main(argv=None) -> None:
                         help="rescore_depth values (0: exact MaxSim over every candidate; below k: k)")
     parser.add_argument("--no-before", dest="before", action="store_false",
                         help="leave out the search before pruning (every candidate, the former MaxSim code)")
+    parser.add_argument("--ivf-lists", type=int, default=0,
+                        help="also search an IVF index of the same codes with this many lists (0: no)")
+    parser.add_argument("--nprobe", type=int, default=4, help="IVF lists visited per query token (default 4)")
+    parser.add_argument("--ivf-depths", type=int, nargs="+", default=[100],
+                        help="rescore_depth values searched on the IVF index (default 100)")
     parser.add_argument("--stage-queries", type=int, default=30,
                         help="queries of the per-stage breakdown pass (default 30)")
     parser.add_argument("--threads", type=int, default=1, help="torch / faiss threads (default 1)")
