@@ -7,8 +7,9 @@ selection, with no JVM. It scores documents as Lucene does, as far as ``bm25s`` 
 * analysis: Lucene's English analyzer, re-implemented in Python (:class:`EnglishAnalyzer`): words split at
   Unicode word boundaries as the StandardTokenizer does for Latin text (letters joined by ``'`` or ``.``,
   digits by ``.``, ``,`` or ``;``), English possessives removed, lower case, Lucene's 33 English stopwords
-  removed (unless ``keep_stopwords``), then the Porter stemmer (PyStemmer's ``porter``, Martin Porter's
-  original algorithm, as Lucene's PorterStemFilter) or none. Krovetz has no Python implementation here:
+  removed (unless ``keep_stopwords``), then the Porter stemmer (NLTK's in ``MARTIN_EXTENSIONS`` mode: Martin
+  Porter's reference implementation, of which Lucene's PorterStemFilter is a port) or none. Each distinct
+  word is analysed once (a cache), so the pure-Python stemmer costs little. Krovetz has no Python implementation here:
   ``--stemmer krovetz`` is refused;
 * weights: Lucene's BM25 (``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` and ``tf / (tf + k1 (1 - b + b dl /
   avgdl))``, bm25s' ``method="lucene"``) with the project's ``k1 = 0.9, b = 0.4`` (:class:`BM25Settings`).
@@ -35,6 +36,7 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Iterable
 
@@ -59,7 +61,7 @@ STAMP_FILE = "pipeline-verified.json"
 ARRAYS_FILE = "matrix.npz"
 WHAT = "bm25s index"
 #: the format of the cached arrays; a change makes every entry rebuild
-FORMAT = 1
+FORMAT = 2
 STEMMERS = ("porter", "none")
 
 #: org.apache.lucene.analysis.en.EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (Anserini's default stopwords)
@@ -120,9 +122,12 @@ class EnglishAnalyzer:
         self.stopwords = frozenset() if keep_stopwords else LUCENE_ENGLISH_STOPWORDS
         self._stem = None
         if stemmer == "porter":
-            import Stemmer  # PyStemmer
+            # Lucene's PorterStemmer is a port of Martin Porter's reference implementation, whose departures
+            # from the 1980 paper (e.g. -logi -> -log, -bli -> -ble, words of 1-2 letters untouched) NLTK's
+            # MARTIN_EXTENSIONS mode follows; Snowball's "porter" (PyStemmer) does not
+            from nltk.stem.porter import PorterStemmer
 
-            self._stem = Stemmer.Stemmer("porter").stemWord
+            self._stem = partial(PorterStemmer(PorterStemmer.MARTIN_EXTENSIONS).stem, to_lowercase=False)
         self._cache: dict[str, str] = {}
 
     def terms(self, text: str) -> list[str]:
@@ -133,7 +138,7 @@ class EnglishAnalyzer:
             term = cache.get(word)
             if term is None:
                 lowered = POSSESSIVE.sub("", word).lower()
-                if lowered in stopwords or not lowered:
+                if lowered in stopwords or not lowered.strip("_"):  # underscores alone are no word
                     term = ""
                 else:
                     term = self._stem(lowered) if self._stem else lowered
