@@ -17,7 +17,8 @@ Groups:
   of ``benchmarks/match_srnn_wavefront.py`` (which this group runs; it also rewrites that benchmark's
   result files). Needs MatchZoo-py 1.1.1's source (``--matchzoo``; see that script).
 * ``bm25s``: ``bm25s_qps_ratio``: the smallest bm25s / Lucene queries-per-second ratio over the collections
-  of ``benchmarks/bm25s_first_stage.py`` (cranfield, vaswani, nfcorpus; its result files are rewritten too).
+  of ``benchmarks/bm25s_first_stage.py`` (cranfield, vaswani, nfcorpus, microblog-2014, dl19; its result files
+  are rewritten too).
 """
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ def main() -> None:
     parser.add_argument("--groups", nargs="+", default=list(GROUPS), choices=list(GROUPS))
     parser.add_argument("--matchzoo", default=os.environ.get("MATCHZOO_SDIST"),
                         help="MatchZoo-py 1.1.1 sdist for the srnn group ($MATCHZOO_SDIST)")
-    parser.add_argument("--bm25s-datasets", nargs="+", default=["cranfield", "vaswani", "nfcorpus"])
+    parser.add_argument("--bm25s-datasets", nargs="+",
+                        default=["cranfield", "vaswani", "nfcorpus", "microblog-2014", "dl19"])
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
     args = parser.parse_args()
     output = Path(args.output)
