@@ -226,26 +226,90 @@ class WordReranker(TorchReranker):
         return {}
 
     def prepare(self, train, dataset) -> None:
-        """Vocabulary and IDF over ``dataset``'s documents and queries, embeddings, and a fresh module."""
+        """Vocabulary and IDF over ``dataset``'s documents and queries, embeddings, and a fresh module.
+
+        The three are kept on disk (:meth:`_prepared_path`, under the home's ``cache/vocabulary``) and read
+        back by the next preparation with the same key: the same dataset files, phrase lengths and text
+        options (and training queries for ``word2vec``), e.g. every fold of a k-fold dataset, a retraining
+        with other model options or seeds of GloVe models. Tokenizing and counting a collection is most of a
+        small model's start-up (~15 s for Microblog's 170k tweets on an idle core); a first run still pays it.
+        """
         import torch
 
         config = self.text_config
-        doc_tokens = [self._tokens(doc) for doc in dataset.docs_iter()]
-        query_tokens = [tokenize(q.text) for q in dataset.queries.values()]
-        self.vocab = Vocabulary.build([*query_tokens, *doc_tokens], max_size=config.max_vocabulary)
-        phrases = [g for tokens in query_tokens for n in self.phrase_lengths if n > 1 for g in ngrams(tokens, n)]
-        self.idf = IDFStatistics.build(doc_tokens, phrases, max_n=max(self.phrase_lengths))
-        train_texts = [tokenize(q.text) for q in train.queries.values()]
-        # each candidate document once: a document in many candidate lists would otherwise be repeated in
-        # the corpus (over-weighted, and word2vec's training time grows with depth x queries)
-        candidate_ids = dict.fromkeys(h.doc_id for hits in train.candidates.values() for h in hits)
-        train_texts += [self._tokens(train.docs[doc_id]) for doc_id in candidate_ids]
-        weights = load_embeddings(config.embeddings, self.vocab, train_texts, config.embedding_dim, self.seed,
-                                  config.oov_init)
+        path = self._prepared_path(train, dataset)
+        cached = self._read_prepared(path) if path is not None else None
+        if cached is not None:
+            self.vocab, self.idf, weights = cached
+            log.info("%s: vocabulary, IDF and embeddings read from %s", self.name, path)
+        else:
+            doc_tokens = [self._tokens(doc) for doc in dataset.docs_iter()]
+            query_tokens = [tokenize(q.text) for q in dataset.queries.values()]
+            self.vocab = Vocabulary.build([*query_tokens, *doc_tokens], max_size=config.max_vocabulary)
+            phrases = [g for tokens in query_tokens for n in self.phrase_lengths if n > 1 for g in ngrams(tokens, n)]
+            self.idf = IDFStatistics.build(doc_tokens, phrases, max_n=max(self.phrase_lengths))
+            train_texts = [tokenize(q.text) for q in train.queries.values()]
+            # each candidate document once: a document in many candidate lists would otherwise be repeated in
+            # the corpus (over-weighted, and word2vec's training time grows with depth x queries)
+            candidate_ids = dict.fromkeys(h.doc_id for hits in train.candidates.values() for h in hits)
+            train_texts += [self._tokens(train.docs[doc_id]) for doc_id in candidate_ids]
+            weights = load_embeddings(config.embeddings, self.vocab, train_texts, config.embedding_dim, self.seed,
+                                      config.oov_init)
+            if path is not None:
+                self._write_prepared(path, weights)
         torch.manual_seed(self.seed)
         self.embedding_shape = tuple(weights.shape)
         self.module = self.build_module(torch.from_numpy(weights))
         log.info("%s: vocabulary %d, embeddings %s %s", self.name, len(self.vocab), config.embeddings, weights.shape)
+
+    #: bump when what :meth:`prepare` computes changes, so older cached preparations are not read
+    PREPARED_VERSION: ClassVar[int] = 1
+
+    def _prepared_path(self, train, dataset) -> Path | None:
+        """Where :meth:`prepare`'s vocabulary, IDF and embeddings for ``(train, dataset)`` are kept, or
+        ``None`` (no cache) for a dataset without a file fingerprint (built in memory) or
+        ``PIPELINE_PREPARED_CACHE=0``. The key holds everything the three depend on."""
+        import hashlib
+        import json
+        import os
+
+        from pipeline.core.home import home
+
+        fingerprint = getattr(dataset, "fingerprint", None)
+        if not fingerprint or os.environ.get("PIPELINE_PREPARED_CACHE", "1") == "0":
+            return None
+        config = self.text_config
+        key = {"version": self.PREPARED_VERSION, "dataset": fingerprint, "phrases": list(self.phrase_lengths),
+               "embeddings": config.embeddings, "dim": config.embedding_dim, "max_vocabulary": config.max_vocabulary,
+               "oov_init": config.oov_init, "seed": self.seed}
+        if config.embeddings == "word2vec":  # trained on the training queries and their candidates
+            key["train"] = sorted(train.queries), sorted({h.doc_id for hits in train.candidates.values() for h in hits})
+        elif Path(config.embeddings).is_file():
+            stat = Path(config.embeddings).stat()
+            key["file"] = [str(Path(config.embeddings).resolve()), stat.st_size, stat.st_mtime_ns]
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        return home() / "cache" / "vocabulary" / f"{digest}.pt"
+
+    def _read_prepared(self, path: Path):
+        """``(vocab, idf, weights)`` from ``path``, or ``None`` when it is missing or damaged (then rebuilt)."""
+        if not path.is_file():
+            return None
+        try:
+            payload = load_checkpoint(path, "cached vocabulary")
+            return (Vocabulary(list(payload["vocab"])), IDFStatistics.from_json(payload["idf"]),
+                    payload["embeddings"].numpy())
+        except (CheckpointError, KeyError, ValueError, TypeError, AttributeError) as error:
+            log.warning("%s: ignoring the cached vocabulary %s (%s); rebuilding it", self.name, path, error)
+            return None
+
+    def _write_prepared(self, path: Path, weights) -> None:
+        import torch
+
+        try:
+            save_checkpoint(path, {"vocab": self.vocab.tokens, "idf": self.idf.to_json(),
+                                   "embeddings": torch.from_numpy(weights)})
+        except OSError as error:  # a read-only home only costs the next run the rebuild
+            log.warning("%s: could not cache the vocabulary in %s (%s)", self.name, path, error)
 
     # -- tensors -----------------------------------------------------------------------------------
     def _tokens(self, doc: Doc) -> list[str]:

@@ -257,3 +257,47 @@ def test_tiny_overfit_relevant_docs_share_query_words(matching):
     with torch.no_grad():
         scores = model(*batch)
     assert scores[target == 1].min() > scores[target == 0].max()
+
+
+@pytest.mark.parametrize("sm_pooling", ["last", "maxmean"])
+@pytest.mark.parametrize("encoder", ["deep", "contextual"])
+def test_factored_scoring_equals_the_lstm_over_h(encoder, sm_pooling, monkeypatch):
+    """Scoring projects H's attention-weighted blocks per query token (SemanticMatching._scoring_gates) and
+    runs only the recurrence (MaskedBiLSTM.forward_from_gates): the same scores as the LSTM over H itself,
+    with padding and an empty document, at the defaults' hidden sizes and in a small model."""
+    from rerankers.hcan import SemanticMatching
+
+    for config in (small_config(encoder, sm_pooling=sm_pooling), HCANConfig(encoder=encoder, sm_pooling=sm_pooling)):
+        model = make_model(config, seed=3).eval()
+        levels = config.num_layers + 1
+        queries, docs, idfs = random_pairs(9, levels, seed=5)
+        docs[4] = []  # a document with no real token: zero states, as the LSTM gives
+        q_ids, q_mask, d_ids, d_mask, idf = pad_batch(queries, [d or [2] for d in docs], idfs, levels, extra_d=3)
+        d_mask[4] = False
+        with torch.no_grad():
+            monkeypatch.setattr(SemanticMatching, "factored_scoring", False)
+            reference = model(q_ids, q_mask, d_ids, d_mask, idf)
+            monkeypatch.setattr(SemanticMatching, "factored_scoring", True)
+            factored = model(q_ids, q_mask, d_ids, d_mask, idf)
+        assert torch.allclose(factored, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_forward_from_gates_equals_the_bilstm():
+    """MaskedBiLSTM.forward_from_gates on x W_ih^T + b equals the module on x (outputs and final states)."""
+    from rerankers.blocks import MaskedBiLSTM
+
+    torch.manual_seed(0)
+    lstm = MaskedBiLSTM(6, 5).eval()
+    x = torch.randn(4, 7, 6)
+    mask = torch.arange(7)[None, :] < torch.tensor([7, 3, 1, 0])[:, None]
+    module = lstm.lstm
+    weight = torch.cat([module.weight_ih_l0, module.weight_ih_l0_reverse])
+    bias = torch.cat([module.bias_ih_l0 + module.bias_hh_l0, module.bias_ih_l0_reverse + module.bias_hh_l0_reverse])
+    with torch.no_grad():
+        outputs, last = lstm(x, mask)
+        got_outputs, got_last = lstm.forward_from_gates(F.linear(x, weight, bias), mask)
+    assert torch.allclose(got_outputs, outputs, atol=1e-5)
+    assert torch.allclose(got_last, last, atol=1e-5)
+    assert not got_last[3].any() and not got_outputs[3].any()
+    with pytest.raises(ValueError):
+        lstm.forward_from_gates(torch.zeros(4, 7, 3), mask)

@@ -150,3 +150,58 @@ class MaskedBiLSTM(nn.Module):
         # forward: the state after the last real token; backward: after the first token (position 0)
         last = torch.cat([forward[rows, (lengths - 1).clamp_min(0)], backward[:, 0]], dim=-1)
         return outputs, last.masked_fill((lengths == 0).unsqueeze(-1), 0.0)
+
+    def forward_from_gates(self, gates: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` of a one-layer BiLSTM whose input projections are given: ``gates`` ``[B, L, 8H]``
+        holds, at each position, ``x W_ih^T + b_ih + b_hh`` of the forward direction then of the backward
+        one (``H`` = ``hidden_size``). For callers that compute the projection more cheaply than the LSTM
+        would from the whole input, because the input has structure (:class:`rerankers.hcan.SemanticMatching`
+        projects the attention-weighted query blocks per query token); only the recurrence runs here.
+
+        Both directions step together (one batched product per time step); the backward direction reads each
+        row reversed within its length, as in :meth:`_unpacked`, so padding never reaches a real position.
+        The recurrence runs in float32 whatever the autocast. Gradients flow, but training uses
+        :meth:`forward` (packed).
+
+        Returns:
+            as :meth:`forward`: ``(outputs [B, L, 2H], last [B, 2H])``.
+        """
+        if self.lstm.num_layers != 1:
+            raise ValueError("forward_from_gates needs a one-layer MaskedBiLSTM")
+        batch, max_len, width = gates.shape
+        hidden = self.hidden_size
+        if width != 8 * hidden:
+            raise ValueError(f"gates must have 8 * hidden_size = {8 * hidden} features, got {width}")
+        lstm = self.lstm
+        with torch.autocast(gates.device.type, enabled=False):
+            gates = gates.float()
+            lengths = lengths_from_mask(mask)
+            positions = torch.arange(max_len, device=gates.device)[None, :]
+            ends = lengths[:, None]
+            order = torch.where(positions < ends, ends - 1 - positions, positions)   # [B, L]
+            time_major = gates.transpose(0, 1)                                        # [L, B, 8H]
+            steps = gates.new_empty(max_len, 2, batch, 4 * hidden)
+            steps[:, 0] = time_major[..., : 4 * hidden]
+            steps[:, 1] = time_major[..., 4 * hidden :].gather(
+                0, order.t()[:, :, None].expand(max_len, batch, 4 * hidden))
+            recurrent = torch.stack([lstm.weight_hh_l0.t(), lstm.weight_hh_l0_reverse.t()]).float()  # [2, H, 4H]
+            h = gates.new_zeros(2, batch, hidden)
+            c = gates.new_zeros(2, batch, hidden)
+            states = gates.new_empty(max_len, 2, batch, hidden)
+            for t in range(max_len):
+                # nn.LSTM's gate order: input, forget, cell, output
+                z = torch.baddbmm(steps[t], h, recurrent)
+                sig = torch.sigmoid(z)
+                c = torch.addcmul(sig[..., hidden : 2 * hidden] * c, sig[..., :hidden],
+                                  torch.tanh(z[..., 2 * hidden : 3 * hidden]))
+                h = sig[..., 3 * hidden :] * torch.tanh(c)
+                states[t] = h
+            forward = states[:, 0].transpose(0, 1)                                    # [B, L, H]
+            backward = states[:, 1].transpose(0, 1).gather(1, order[:, :, None].expand(batch, max_len, hidden))
+            outputs = masked_fill_padding(torch.cat([forward, backward], dim=-1), mask)
+            rows = torch.arange(batch, device=gates.device)
+            last_step = (lengths - 1).clamp_min(0)
+            # forward: after the last real token; backward: after reading back to the first token
+            last = torch.cat([states[last_step, 0, rows], states[last_step, 1, rows]], dim=-1)
+            return outputs, last.masked_fill((lengths == 0).unsqueeze(-1), 0.0)
+
