@@ -45,7 +45,7 @@ from .core.records import Doc, Query
 ID_KEYS = ("id", "doc_id", "docno", "_id")
 TEXT_KEYS = ("text", "contents", "body", "document")
 #: the keyword options of :meth:`Reranker.load` (scoring settings, not model options)
-SCORING_OPTIONS = ("batch_size", "threads", "bf16", "int8")
+SCORING_OPTIONS = ("batch_size", "threads", "bf16", "int8", "precision")
 #: the sentence encoder the bi-encoder uses zero-shot when no model is given (packaged with the project)
 DEFAULT_BI_ENCODER = "all-MiniLM-L6-v2"
 
@@ -125,7 +125,9 @@ class Reranker:
                 that re-ranker (required for all but the bi-encoder, whose default is the packaged
                 ``all-MiniLM-L6-v2``).
             **options: scoring settings: ``batch_size`` (pairs per batch), ``threads`` (torch CPU threads),
-                ``bf16`` or ``int8`` (as ``--bf16`` / ``--int8``).
+                ``precision`` (``auto``, ``float32``, ``bf16`` or ``int8``, as ``--precision``: ``auto``
+                is bf16 for a torch re-ranker where bfloat16 is native, else float32), ``bf16`` or ``int8``
+                (as ``--bf16`` / ``--int8``).
 
         Returns:
             A :class:`Reranker`.
@@ -142,17 +144,23 @@ class Reranker:
         if unknown:
             raise ConfigError(f"Reranker.load: unknown option(s) {', '.join(unknown)}; choose from "
                               f"{', '.join(SCORING_OPTIONS)} (model options are fixed by the model loaded)")
+        from .core.runtime import requested_precision, resolve_precision
+
         if options.get("bf16") and options.get("int8"):
             raise ConfigError("Reranker.load: bf16 and int8 exclude each other")
+        asked = requested_precision(options.get("precision") or "auto", bool(options.get("bf16")),
+                                    bool(options.get("int8")))
         loaded = load_model(str(name_or_path), None if model is None else str(model))
         if options.get("threads"):
             from .core.runtime import set_threads
 
             set_threads(int(options["threads"]))
-        if options.get("int8") or options.get("bf16"):
-            if not callable(getattr(loaded, "score_in_bf16", None)):
+        torch_model = callable(getattr(loaded, "score_in_bf16", None))
+        precision = resolve_precision(asked, supports_bf16=torch_model)
+        if precision != "float32":
+            if not torch_model:
                 raise ConfigError(f"{loaded.name}: bf16/int8 apply to torch re-rankers only")
-            if options.get("int8"):
+            if precision == "int8":
                 if not callable(getattr(loaded, "quantize_int8", None)):
                     raise ConfigError(f"{loaded.name}: int8 applies to the transformer re-rankers only")
                 loaded.quantize_int8()

@@ -25,6 +25,7 @@ from .core.evaluation import DEFAULT_MEASURES, parse_measures
 from .core.home import runs_root
 from .core.options import build_config, parse_overrides
 from .core.names import safe_name
+from .core.runtime import requested_precision
 from .core.suggest import unknown_name
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
@@ -138,6 +139,10 @@ class RunConfig:
                         "CPU only; faster, slightly different scores)", SCORING)
     bf16: bool = option(False, "score with bfloat16 matrix products (any torch re-ranker; several times faster "
                         "on CPUs with AMX or AVX512-BF16, slower on others; slightly different scores)", SCORING)
+    precision: str = option("auto", "scoring arithmetic: auto, float32, bf16 or int8 (--bf16 / --int8 are "
+                            "shortcuts); auto is bf16 where the CPU (AMX or AVX512-BF16) or GPU computes bfloat16 "
+                            "natively and the re-ranker is a torch model, else float32 (default: auto)", SCORING,
+                            metavar="auto|float32|bf16|int8")
 
     k1: float = option(0.9, "BM25 k1 (default 0.9)", LUCENE)
     b: float = option(0.4, "BM25 b, in [0, 1] (default 0.4)", LUCENE)
@@ -191,6 +196,7 @@ class RunConfig:
         if self.interpolate is not None:
             parse_interpolation(self.interpolate)
         at_least("--batch-size", self.batch_size, 1)
+        requested_precision(self.precision, self.bf16, self.int8)
         if self.model and self.reranker == "none":
             raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
         at_least("--k1", self.k1, 0)

@@ -93,13 +93,28 @@ def default_run_name(dataset: str, first_stage: str, reranker: str, split: str |
     return safe_name("-".join(p for p in parts if p), keep=RUN_NAME_CHARACTERS)
 
 
+def run_precision(config: RunConfig) -> str:
+    """The precision ``config``'s re-ranker scores in, resolved as :func:`pipeline.stages.scoring_precision`
+    resolves it (``--precision auto`` is ``bf16`` only for a torch re-ranker where bfloat16 is native): the
+    run name says which, so the float32 and bfloat16 runs of one setting never overwrite each other."""
+    from rerankers import reranker_class
+
+    from .core.runtime import resolve_precision
+
+    supports_bf16 = True
+    if config.reranker not in ("auto", "none"):
+        supports_bf16 = hasattr(reranker_class(config.reranker), "score_in_bf16")
+    return resolve_precision(config.precision, config.bf16, config.int8, supports_bf16)
+
+
 def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | None,
               interpolation: str | float | None, depth: int) -> tuple[str, str | None]:
     """``(final, alone)``: the name of the run written as the result and, when a re-ranker's scores are
     interpolated, the name of the re-ranker's own run (else ``None``).
 
     ``--name`` is used as given (the re-ranker's own run is ``<name>-alone``); the default name says what
-    differs between runs of one dataset: ``-int8`` or ``-bf16`` (such a run must not overwrite the float32
+    differs between runs of one dataset: ``-int8`` or ``-bf16`` by the precision the re-ranker scores in
+    (:func:`run_precision`, after ``--precision auto`` is resolved: such a run must not overwrite the float32
     run it is compared with), ``-alone`` (the re-ranker's own scores are the result), ``-interp<W>`` (a fixed weight;
     the tuned ``auto`` weight is the default and adds nothing) and ``-top<D>`` (re-ranked to depth D).
     """
@@ -109,8 +124,9 @@ def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | No
         name += "-" + training_label(config)
     if not given and config.reranking and config.model:
         name += "-" + model_label(config.model)
-    if not given:
-        name += "-int8" if config.int8 else "-bf16" if config.bf16 else ""
+    if not given and config.reranking:
+        precision = run_precision(config)
+        name += "" if precision == "float32" else f"-{precision}"
     if not config.reranking:
         return name, None
     alone = None

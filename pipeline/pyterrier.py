@@ -337,7 +337,7 @@ def _run_config(dataset: Dataset, options: Mapping[str, Any], **fields: Any) -> 
 
 
 #: the options :func:`reranker` takes without a dataset (a model is loaded, nothing is trained)
-ZERO_SHOT_OPTIONS = ("model", "batch_size", "int8", "bf16", "threads", "seed")
+ZERO_SHOT_OPTIONS = ("model", "batch_size", "int8", "bf16", "precision", "threads", "seed")
 
 
 def reranker(name: str, dataset: str | Dataset | None = None, text_field: str = "text", batch_size: int | None = None,
@@ -351,11 +351,12 @@ def reranker(name: str, dataset: str | Dataset | None = None, text_field: str = 
     checkpoint, an export directory, a Hugging Face cross-encoder directory or hub id, a sentence encoder for
     the bi-encoder, whose default is the packaged all-MiniLM-L6-v2), e.g.
     ``ptx.reranker("cross-encoder", model="cross-encoder-dir")``; only ``model``, ``batch_size``, ``int8``,
-    ``bf16``, ``threads`` and ``seed`` apply then. ``batch_size``: scoring batch in pairs; ``verbose``: a
+    ``bf16``, ``precision``, ``threads`` and ``seed`` apply then. ``batch_size``: scoring batch in pairs; ``verbose``: a
     progress bar while scoring.
 
     ``options`` are :class:`~pipeline.config.RunConfig` fields (``seed``, ``folds``, ``split``, ``k``,
-    ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``bf16``, ``overrides`` as ``("epochs=3", ...)`` or
+    ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``bf16``, ``precision`` (``auto``: bf16 where it is
+    native, as ``--precision``), ``overrides`` as ``("epochs=3", ...)`` or
     ``{"epochs": 3}``, ...). On a k-fold dataset (Cranfield, Vaswani, NFCorpus) each query is scored by the
     model trained without it, so the frame's ``qid`` must be the dataset's query ids. Train the model on the
     candidates it will re-rank: the same first stage and ``k`` as the pipeline's.

@@ -14,6 +14,7 @@ from .core.datasets import Dataset
 from .core.errors import ConfigError
 from .core.evaluation import canonical_measures, parse_measures
 from .core.options import parse_overrides
+from .core.runtime import requested_precision
 from .fitting import untrained_reranker
 
 #: candidates per query when neither the config nor the recipe says: a full ranking, or a re-ranker's depth
@@ -74,11 +75,11 @@ def model_options(config: RunConfig, dataset: Dataset, reranker_class: type) -> 
 def check_scoring_arithmetic(config: RunConfig, reranker_class: type | None) -> None:
     """A :class:`ConfigError` unless ``--int8`` / ``--bf16`` can apply to ``reranker_class`` (at most one of
     them; int8 for the transformer re-rankers, bfloat16 for every torch re-ranker)."""
-    if config.int8 and config.bf16:
-        raise ConfigError("--int8 and --bf16 exclude each other: choose one scoring arithmetic")
-    if config.int8 and not hasattr(reranker_class, "quantize_int8"):
+    # --precision auto never fails here: it falls back to float32 where bfloat16 does not apply
+    asked = requested_precision(getattr(config, "precision", "auto"), config.bf16, config.int8)
+    if asked == "int8" and not hasattr(reranker_class, "quantize_int8"):
         raise ConfigError("--int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
-    if config.bf16 and not hasattr(reranker_class, "score_in_bf16"):
+    if asked == "bf16" and not hasattr(reranker_class, "score_in_bf16"):
         raise ConfigError(f"--bf16 applies to the neural (torch) re-rankers, not to {config.reranker!r}")
 
 

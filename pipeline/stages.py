@@ -15,7 +15,7 @@ from rerankers.training import distributed
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Query, Run, ScoredDoc
-from .core.runtime import native_bf16, resolve_device
+from .core.runtime import native_bf16, resolve_device, resolve_precision
 from .core.records import ranked as ranked_hits
 
 log = logging.getLogger("pipeline.stages")
@@ -95,17 +95,38 @@ def rerank(reranker, dataset: Dataset, first: Run, batch_queries: bool = True, b
     return result
 
 
-def set_scoring_arithmetic(reranker, config) -> None:
-    """Apply ``config``'s ``--int8`` or ``--bf16`` to a trained or loaded re-ranker before it scores (the
-    pair was checked against the re-ranker by :func:`pipeline.resolve.check_scoring_arithmetic`). bfloat16 on
-    a CPU without bfloat16 matrix instructions is allowed, with a warning that it will be slower."""
-    if config.int8:
+def scoring_precision(config, reranker=None) -> str:
+    """The precision ``config`` scores ``reranker`` (an instance or class; ``None``: a torch re-ranker) in:
+    ``float32``, ``bf16`` or ``int8`` (:func:`pipeline.core.runtime.resolve_precision`). ``--precision auto``
+    (the default) is ``bf16`` for a torch re-ranker on a CPU or GPU with native bfloat16, else ``float32``.
+    ``config`` is a :class:`~pipeline.config.RunConfig` or any object with ``bf16``/``int8`` (and optionally
+    ``precision``) attributes, such as the serving CLI's options.
+
+    Example:
+        >>> from pipeline.config import RunConfig
+        >>> scoring_precision(RunConfig(precision="float32"))
+        'float32'
+    """
+    supports_bf16 = reranker is None or hasattr(reranker, "score_in_bf16")
+    return resolve_precision(getattr(config, "precision", "auto") or "auto", bool(getattr(config, "bf16", False)),
+                             bool(getattr(config, "int8", False)), supports_bf16)
+
+
+def set_scoring_arithmetic(reranker, config) -> str:
+    """Apply ``config``'s precision (``--precision``, or its shortcuts ``--int8`` / ``--bf16``) to a trained
+    or loaded re-ranker before it scores, and return the precision applied (:func:`scoring_precision`; an
+    explicit choice was checked against the re-ranker by :func:`pipeline.resolve.check_scoring_arithmetic`).
+    ``auto`` picks bfloat16 only where it is native; an explicit bfloat16 on a CPU without bfloat16 matrix
+    instructions is allowed, with a warning that it will be slower."""
+    precision = scoring_precision(config, reranker)
+    if precision == "int8":
         reranker.quantize_int8()
-    elif config.bf16:
+    elif precision == "bf16":
         if resolve_device().type == "cpu" and not native_bf16():
             log.warning("--bf16: this CPU has no bfloat16 matrix instructions (AMX or AVX512-BF16); torch "
                         "emulates them, so scoring will be slower than in float32")
         reranker.score_in_bf16()
+    return precision
 
 
 def head(first: Run, depth: int) -> Run:

@@ -6,7 +6,7 @@ Command line::
     python -m pipeline.train --dataset cranfield --reranker knrm --folds 5 --seed 1
 
 Takes the flags of ``pipeline.run`` that decide the models (not ``--rerank-depth --metrics --output-dir
---name --model --interpolate --batch-size --int8 --bf16``) and trains exactly what ``pipeline.run`` would (the same
+--name --model --interpolate --batch-size --int8 --bf16 --precision``) and trains exactly what ``pipeline.run`` would (the same
 :func:`pipeline.model_cache.fold_models`): one model per fold of the protocol (see
 :func:`pipeline.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
 ``pipeline.run`` will look for it (same options, seed, first stage and depth give the same cache key). It
@@ -34,7 +34,8 @@ from .run import KEPT_ON_INTERRUPT, build_parser, parse_config
 
 
 #: flags of pipeline.run that change the run but not the trained models: pipeline.train does not take them
-RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "interpolate", "batch_size", "int8", "bf16")
+RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "interpolate", "batch_size", "int8", "bf16",
+           "precision")
 
 
 def fold_line(model: FoldModel) -> str:

@@ -24,6 +24,73 @@ def native_bf16() -> bool:
     return any(check() for check in checks if check is not None)
 
 
+#: the values of ``--precision``: ``auto`` resolves to ``bf16`` where bfloat16 is native, else ``float32``
+PRECISIONS = ("auto", "float32", "bf16", "int8")
+
+
+def native_bf16_on(device=None) -> bool:
+    """True when ``device`` (default: :func:`resolve_device` ``auto``) computes bfloat16 natively: a CUDA GPU
+    that supports it (Ampere and later), or a CPU with AMX or AVX512-BF16 (:func:`native_bf16`).
+
+    Example:
+        >>> isinstance(native_bf16_on("cpu"), bool)
+        True
+    """
+    import torch
+
+    device = resolve_device("auto") if device is None else torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return device.type == "cpu" and native_bf16()
+
+
+def requested_precision(precision: str = "auto", bf16: bool = False, int8: bool = False) -> str:
+    """The precision asked for by ``--precision`` and its shortcuts ``--bf16`` / ``--int8`` together: one of
+    :data:`PRECISIONS` (``auto`` unless something was named).
+
+    Raises:
+        ConfigError: an unknown precision, or two that contradict each other (``--bf16 --int8``,
+            ``--precision float32 --bf16``).
+
+    Example:
+        >>> requested_precision("auto", bf16=True)
+        'bf16'
+    """
+    from .errors import ConfigError
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    named = {p for p, flag in (("bf16", bf16), ("int8", int8)) if flag}
+    if precision != "auto":
+        named.add(precision)
+    if len(named) > 1:
+        raise ConfigError(f"--precision / --bf16 / --int8 ask for {' and '.join(sorted(named))}: choose one "
+                          "scoring arithmetic")
+    return named.pop() if named else "auto"
+
+
+def resolve_precision(precision: str = "auto", bf16: bool = False, int8: bool = False,
+                      supports_bf16: bool = True, device=None) -> str:
+    """The precision scoring runs in: ``float32``, ``bf16`` or ``int8``. What was named
+    (:func:`requested_precision`) is kept; ``auto`` becomes ``bf16`` when the re-ranker can score in
+    bfloat16 (``supports_bf16``) and ``device`` computes it natively (:func:`native_bf16_on`), else
+    ``float32``: emulated bfloat16 is slower than float32, and the 3-seed checks in
+    ``benchmarks/results/speed/bf16-cost.md`` found no metric moved by bfloat16 scoring. The environment
+    variable ``PIPELINE_PRECISION`` (one of :data:`PRECISIONS`) replaces ``auto`` when set.
+
+    Example:
+        >>> resolve_precision("auto", supports_bf16=False)
+        'float32'
+    """
+    asked = requested_precision(precision, bf16, int8)
+    if asked == "auto":
+        # a host-wide choice for auto, e.g. float32 for a test suite whose expected scores are float32's
+        asked = requested_precision(os.environ.get("PIPELINE_PRECISION", "auto") or "auto")
+    if asked != "auto":
+        return asked
+    return "bf16" if supports_bf16 and native_bf16_on(device) else "float32"
+
+
 #: what :func:`keep_freed_memory` asks glibc for: blocks up to 1 GiB from the heap, freed memory kept up to 2 GiB
 MMAP_THRESHOLD, TRIM_THRESHOLD = 1 << 30, (1 << 31) - 1
 

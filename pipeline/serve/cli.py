@@ -21,7 +21,7 @@ from ..core.datasets import load_dataset
 from ..core.errors import ConfigError, PipelineError
 from ..core.interrupts import exit_cleanly
 from ..core.logs import configure_logging
-from ..core.runtime import keep_freed_memory, set_threads
+from ..core.runtime import PRECISIONS, keep_freed_memory, set_threads
 from ..resolve import RERANK_DEPTH, check_scoring_arithmetic
 from ..stages import set_scoring_arithmetic
 from .batcher import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS
@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "CPUs with AMX or AVX512-BF16)")
     serving.add_argument("--int8", action="store_true",
                          help="score with int8 linear layers (as rerank-run --int8; transformer re-rankers)")
+    serving.add_argument("--precision", choices=PRECISIONS, default="auto",
+                         help="scoring arithmetic (as rerank-run --precision; --bf16 / --int8 are shortcuts): auto "
+                              "is bf16 where the CPU or GPU computes bfloat16 natively, else float32")
     limits = parser.add_argument_group("limits (every wait is bounded)")
     limits.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes,
                         help="request bodies above this are refused (413)")
@@ -158,7 +161,7 @@ def run_config(options: argparse.Namespace) -> RunConfig:
     given = {"reranker": options.reranker, "model": options.model, "split": options.split, "seed": options.seed,
              "folds": options.folds, "overrides": tuple(options.overrides or ()), "config_file": options.config_file,
              "k": options.k, "threads": options.threads, "mirror": options.mirror, "int8": options.int8,
-             "bf16": options.bf16}
+             "bf16": options.bf16, "precision": getattr(options, "precision", "auto")}
     if options.dataset:
         given["dataset"] = options.dataset
     if options.first_stage:
@@ -191,7 +194,8 @@ def prepare(options: argparse.Namespace) -> Plan:
     name = None
     if options.checkpoint:
         name = checkpoint_reranker_name(options.checkpoint)
-        check_scoring_arithmetic(RunConfig(reranker=name, int8=options.int8, bf16=options.bf16), reranker_class(name))
+        check_scoring_arithmetic(RunConfig(reranker=name, int8=options.int8, bf16=options.bf16,
+                                                     precision=getattr(options, "precision", "auto")), reranker_class(name))
     else:
         check_scoring_arithmetic(config, reranker_class(config.reranker))   # before any training
     return Plan(config, search_config, name)
@@ -206,8 +210,8 @@ def load_service(options: argparse.Namespace, plan: Plan) -> RerankService:
     needed = options.first_stage or (options.reranker and not options.model)
     dataset = load_dataset(options.dataset, options.mirror) if options.dataset and needed else None
     model = load_checkpoint_model(options.checkpoint) if options.checkpoint else obtain_model(plan.config, dataset)
-    set_scoring_arithmetic(model.reranker, options)
-    model.info["arithmetic"] = "int8" if options.int8 else "bf16" if options.bf16 else "fp32"
+    precision = set_scoring_arithmetic(model.reranker, options)
+    model.info["arithmetic"] = "fp32" if precision == "float32" else precision
     retriever, documents, k = None, None, RERANK_DEPTH
     if plan.search_config is not None:
         retriever = make_first_stage(options.first_stage, dataset, plan.search_config.first_stage_settings())
