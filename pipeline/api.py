@@ -144,12 +144,16 @@ class Reranker:
         if unknown:
             raise ConfigError(f"Reranker.load: unknown option(s) {', '.join(unknown)}; choose from "
                               f"{', '.join(SCORING_OPTIONS)} (model options are fixed by the model loaded)")
-        from .core.runtime import requested_precision, resolve_precision
+        from .core.runtime import environment_precision, requested_precision, resolve_precision
 
         if options.get("bf16") and options.get("int8"):
             raise ConfigError("Reranker.load: bf16 and int8 exclude each other")
-        asked = requested_precision(options.get("precision") or "auto", bool(options.get("bf16")),
-                                    bool(options.get("int8")))
+        try:
+            asked = requested_precision(options.get("precision") or "auto", bool(options.get("bf16")),
+                                        bool(options.get("int8")))
+            environment_precision()
+        except ValueError as error:
+            raise ConfigError(f"Reranker.load: {error}") from None
         loaded = load_model(str(name_or_path), None if model is None else str(model))
         if options.get("threads"):
             from .core.runtime import set_threads

@@ -25,7 +25,7 @@ from .core.evaluation import DEFAULT_MEASURES, parse_measures
 from .core.home import runs_root
 from .core.options import build_config, parse_overrides
 from .core.names import safe_name
-from .core.runtime import requested_precision
+from .core.runtime import environment_precision, requested_precision
 from .core.suggest import unknown_name
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
@@ -196,7 +196,11 @@ class RunConfig:
         if self.interpolate is not None:
             parse_interpolation(self.interpolate)
         at_least("--batch-size", self.batch_size, 1)
-        requested_precision(self.precision, self.bf16, self.int8)
+        try:
+            requested_precision(self.precision, self.bf16, self.int8)
+            environment_precision()
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         if self.model and self.reranker == "none":
             raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
         at_least("--k1", self.k1, 0)

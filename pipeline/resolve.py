@@ -76,7 +76,10 @@ def check_scoring_arithmetic(config: RunConfig, reranker_class: type | None) -> 
     """A :class:`ConfigError` unless ``--int8`` / ``--bf16`` can apply to ``reranker_class`` (at most one of
     them; int8 for the transformer re-rankers, bfloat16 for every torch re-ranker)."""
     # --precision auto never fails here: it falls back to float32 where bfloat16 does not apply
-    asked = requested_precision(getattr(config, "precision", "auto"), config.bf16, config.int8)
+    try:
+        asked = requested_precision(getattr(config, "precision", "auto"), config.bf16, config.int8)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if asked == "int8" and not hasattr(reranker_class, "quantize_int8"):
         raise ConfigError("--int8 applies to the transformer re-rankers (cross-encoder, bi-encoder, addax*)")
     if asked == "bf16" and not hasattr(reranker_class, "score_in_bf16"):

@@ -26,9 +26,9 @@ def test_requested_precision_merges_the_shortcuts():
     assert requested_precision("bf16", bf16=True) == "bf16"
     assert requested_precision("float32") == "float32"
     for bad in [dict(bf16=True, int8=True), dict(precision="float32", bf16=True), dict(precision="int8", bf16=True)]:
-        with pytest.raises(ConfigError, match="choose one"):
+        with pytest.raises(ValueError, match="choose one"):
             requested_precision(**bad)
-    with pytest.raises(ConfigError, match="--precision must be one of"):
+    with pytest.raises(ValueError, match="--precision must be one of"):
         requested_precision("fp16")
 
 
@@ -53,8 +53,10 @@ def test_environment_pins_auto(native, monkeypatch):
     assert resolve_precision("auto") == "float32"
     assert resolve_precision("bf16") == "bf16"          # an explicit choice wins over the environment
     monkeypatch.setenv("PIPELINE_PRECISION", "bogus")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValueError, match="PIPELINE_PRECISION"):
         resolve_precision("auto")
+    with pytest.raises(ConfigError, match="PIPELINE_PRECISION"):
+        RunConfig(reranker="hcan")
 
 
 def test_run_name_says_the_resolved_precision(native):

@@ -49,24 +49,36 @@ def requested_precision(precision: str = "auto", bf16: bool = False, int8: bool 
     :data:`PRECISIONS` (``auto`` unless something was named).
 
     Raises:
-        ConfigError: an unknown precision, or two that contradict each other (``--bf16 --int8``,
-            ``--precision float32 --bf16``).
+        ValueError: an unknown precision, or two that contradict each other (``--bf16 --int8``,
+            ``--precision float32 --bf16``); :class:`pipeline.config.RunConfig` reports it as a
+            ``ConfigError`` (this module imports nothing of the project).
 
     Example:
         >>> requested_precision("auto", bf16=True)
         'bf16'
     """
-    from .errors import ConfigError
-
     if precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     named = {p for p, flag in (("bf16", bf16), ("int8", int8)) if flag}
     if precision != "auto":
         named.add(precision)
     if len(named) > 1:
-        raise ConfigError(f"--precision / --bf16 / --int8 ask for {' and '.join(sorted(named))}: choose one "
+        raise ValueError(f"--precision / --bf16 / --int8 ask for {' and '.join(sorted(named))}: choose one "
                           "scoring arithmetic")
     return named.pop() if named else "auto"
+
+
+def environment_precision() -> str:
+    """``PIPELINE_PRECISION`` (one of :data:`PRECISIONS`; unset: ``auto``): a host-wide choice for
+    ``--precision auto``, e.g. float32 for a test suite whose expected scores are float32's.
+
+    Raises:
+        ValueError: a value that is not one of :data:`PRECISIONS`.
+    """
+    value = os.environ.get("PIPELINE_PRECISION", "") or "auto"
+    if value not in PRECISIONS:
+        raise ValueError(f"PIPELINE_PRECISION must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return value
 
 
 def resolve_precision(precision: str = "auto", bf16: bool = False, int8: bool = False,
@@ -84,8 +96,7 @@ def resolve_precision(precision: str = "auto", bf16: bool = False, int8: bool = 
     """
     asked = requested_precision(precision, bf16, int8)
     if asked == "auto":
-        # a host-wide choice for auto, e.g. float32 for a test suite whose expected scores are float32's
-        asked = requested_precision(os.environ.get("PIPELINE_PRECISION", "auto") or "auto")
+        asked = environment_precision()
     if asked != "auto":
         return asked
     return "bf16" if supports_bf16 and native_bf16_on(device) else "float32"
