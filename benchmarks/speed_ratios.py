@@ -16,6 +16,8 @@ Groups:
   time / the wavefront's over every shape, hidden size and pass (scoring forward, training forward+backward)
   of ``benchmarks/match_srnn_wavefront.py`` (which this group runs; it also rewrites that benchmark's
   result files). Needs MatchZoo-py 1.1.1's source (``--matchzoo``; see that script).
+* ``demo``: ``demo_wall_s_before``, ``demo_wall_s_after``: ``make demo``'s command from an empty
+  ``PIPELINE_HOME``, in a worktree of ``--demo-before`` and then in this checkout, back to back (idle machine).
 * ``bm25s``: ``bm25s_qps_ratio``: the smallest bm25s / Lucene queries-per-second ratio over the collections
   of ``benchmarks/bm25s_first_stage.py`` (cranfield, vaswani, nfcorpus, microblog-2014, dl19; its result files
   are rewritten too).
@@ -94,8 +96,45 @@ def bm25s_group(args) -> tuple[dict, dict]:
     return {"bm25s_qps_ratio": round(min(r["qps_ratio"] for r in rows), 2)}, {"bm25s": rows}
 
 
+def demo_group(args) -> tuple[dict, dict]:
+    """``demo_wall_s_before`` / ``demo_wall_s_after``: the wall seconds of ``make demo``'s command
+    (``python -m pipeline.run --reranker hcan``) from a fresh clone, i.e. an empty ``PIPELINE_HOME``, run back
+    to back on this machine: first in a git worktree of ``--demo-before`` (the code before issue 37's item 3),
+    then in this checkout. Meaningful on an idle machine only (the load average is recorded with each)."""
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    python = str(root / ".venv" / "bin" / "python") if (root / ".venv" / "bin" / "python").is_file() else sys.executable
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        before = Path(scratch) / "before"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(before), args.demo_before],
+                       check=True, capture_output=True)
+        try:
+            for label, tree in (("before", before), ("after", root)):
+                home = Path(scratch) / f"home-{label}"
+                home.mkdir()
+                environment = {**os.environ, "PIPELINE_HOME": str(home), "PIPELINE_DATA": str(args.demo_data)}
+                start_load = [round(x, 2) for x in os.getloadavg()]
+                start = time.perf_counter()
+                done = subprocess.run([python, "-m", "pipeline.run", "--reranker", "hcan"], cwd=tree, env=environment,
+                                      capture_output=True, text=True)
+                wall = time.perf_counter() - start
+                if done.returncode != 0:
+                    raise SystemExit(f"error: the demo ({label}) failed: {done.stderr[-2000:]}")
+                table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+                rows.append({"code": label, "commit": args.demo_before if label == "before" else "working tree",
+                             "wall_s": round(wall, 1), "load_start": start_load,
+                             "load_end": [round(x, 2) for x in os.getloadavg()], "table": table})
+                print(rows[-1], flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(before)], capture_output=True)
+    return {"demo_wall_s_before": rows[0]["wall_s"], "demo_wall_s_after": rows[1]["wall_s"]}, {"demo": rows}
+
+
 #: key group -> function(args) -> ({key: value}, {detail name: rows})
-GROUPS = {"srnn": srnn_group, "bm25s": bm25s_group}
+GROUPS = {"srnn": srnn_group, "bm25s": bm25s_group, "demo": demo_group}
 
 
 def machine() -> str:
@@ -110,6 +149,11 @@ def main() -> None:
                         help="MatchZoo-py 1.1.1 sdist for the srnn group ($MATCHZOO_SDIST)")
     parser.add_argument("--bm25s-datasets", nargs="+",
                         default=["cranfield", "vaswani", "nfcorpus", "microblog-2014", "dl19"])
+    parser.add_argument("--demo-before", default="47b812d",
+                        help="demo group: the commit whose demo is 'before' (default: the code before issue 37 item 3)")
+    parser.add_argument("--demo-data", default=os.environ.get("PIPELINE_DATA", str(Path(__file__).resolve().parents[2]
+                                                                                  / "shared" / "data")),
+                        help="demo group: the data directory (PIPELINE_DATA)")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
     args = parser.parse_args()
     output = Path(args.output)
