@@ -229,7 +229,7 @@ class WordReranker(TorchReranker):
         """Vocabulary and IDF over ``dataset``'s documents and queries, embeddings, and a fresh module.
 
         The three are kept on disk (:meth:`_prepared_path`, under the home's ``cache/vocabulary``) and read
-        back by the next preparation with the same key: the same dataset files, phrase lengths and text
+        back by the next preparation with the same key: the same documents and queries, phrase lengths and text
         options (and training queries for ``word2vec``), e.g. every fold of a k-fold dataset, a retraining
         with other model options or seeds of GloVe models. Tokenizing and counting a collection is most of a
         small model's start-up (~15 s for Microblog's 170k tweets on an idle core); a first run still pays it.
@@ -237,13 +237,14 @@ class WordReranker(TorchReranker):
         import torch
 
         config = self.text_config
-        path = self._prepared_path(train, dataset)
+        docs = list(dataset.docs_iter())
+        path = self._prepared_path(train, dataset, docs)
         cached = self._read_prepared(path) if path is not None else None
         if cached is not None:
             self.vocab, self.idf, weights = cached
             log.info("%s: vocabulary, IDF and embeddings read from %s", self.name, path)
         else:
-            doc_tokens = [self._tokens(doc) for doc in dataset.docs_iter()]
+            doc_tokens = [self._tokens(doc) for doc in docs]
             query_tokens = [tokenize(q.text) for q in dataset.queries.values()]
             self.vocab = Vocabulary.build([*query_tokens, *doc_tokens], max_size=config.max_vocabulary)
             phrases = [g for tokens in query_tokens for n in self.phrase_lengths if n > 1 for g in ngrams(tokens, n)]
@@ -265,21 +266,26 @@ class WordReranker(TorchReranker):
     #: bump when what :meth:`prepare` computes changes, so older cached preparations are not read
     PREPARED_VERSION: ClassVar[int] = 1
 
-    def _prepared_path(self, train, dataset) -> Path | None:
+    def _prepared_path(self, train, dataset, docs) -> Path | None:
         """Where :meth:`prepare`'s vocabulary, IDF and embeddings for ``(train, dataset)`` are kept, or
-        ``None`` (no cache) for a dataset without a file fingerprint (built in memory) or
-        ``PIPELINE_PREPARED_CACHE=0``. The key holds everything the three depend on."""
+        ``None`` with ``PIPELINE_PREPARED_CACHE=0``. The key holds everything the three depend on, the texts
+        themselves included (a hash of every document's and query's id and text, a fraction of a second
+        for Microblog), so a dataset built in memory under a reused name or fingerprint never reads another's."""
         import hashlib
         import json
         import os
 
         from pipeline.core.home import home
 
-        fingerprint = getattr(dataset, "fingerprint", None)
-        if not fingerprint or os.environ.get("PIPELINE_PREPARED_CACHE", "1") == "0":
+        if os.environ.get("PIPELINE_PREPARED_CACHE", "1") == "0":
             return None
+        texts = hashlib.sha1()
+        for doc in docs:
+            texts.update(f"{doc.doc_id}\t{doc.text}\n".encode("utf-8", "surrogatepass"))
+        for query in dataset.queries.values():
+            texts.update(f"{query.query_id}\t{query.text}\n".encode("utf-8", "surrogatepass"))
         config = self.text_config
-        key = {"version": self.PREPARED_VERSION, "dataset": fingerprint, "phrases": list(self.phrase_lengths),
+        key = {"version": self.PREPARED_VERSION, "texts": texts.hexdigest(), "tokens": type(self)._tokens.__qualname__, "phrases": list(self.phrase_lengths),
                "embeddings": config.embeddings, "dim": config.embedding_dim, "max_vocabulary": config.max_vocabulary,
                "oov_init": config.oov_init, "seed": self.seed}
         if config.embeddings == "word2vec":  # trained on the training queries and their candidates

@@ -301,3 +301,40 @@ def test_forward_from_gates_equals_the_bilstm():
     assert not got_last[3].any() and not got_outputs[3].any()
     with pytest.raises(ValueError):
         lstm.forward_from_gates(torch.zeros(4, 7, 3), mask)
+
+
+def test_prepare_reads_the_cached_vocabulary_idf_and_embeddings(tmp_path, monkeypatch):
+    """The second preparation on the same texts and options reads the vocabulary, IDF and embedding matrix
+    from <home>/cache/vocabulary (the same values, nothing rebuilt); other texts or options miss; a damaged
+    file is rebuilt."""
+    from pipeline.core import text
+    from rerankers.hcan import HCANReranker
+    from rerankers.training.data import RankingData
+    from tests.helpers import tiny_dataset
+
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path))
+    words = [f"w{i}" for i in range(30)]
+
+    def prepared(dataset, **options):
+        reranker = HCANReranker.from_options({"embeddings": "random", "embedding_dim": 8, "num_filters": 8,
+                                              "hidden_dim": 4, "num_layers": 2, **options}, seed=1)
+        reranker.prepare(RankingData.from_dataset(dataset, dataset.splits["train"], dataset.first_stage), dataset)
+        return reranker
+
+    first = prepared(tiny_dataset(words))
+    files = list((tmp_path / "cache" / "vocabulary").glob("*.pt"))
+    assert len(files) == 1
+    build = text.IDFStatistics.build
+    monkeypatch.setattr(text.IDFStatistics, "build", lambda *a, **k: pytest.fail("rebuilt despite the cache"))
+    second = prepared(tiny_dataset(words))
+    assert second.vocab.tokens == first.vocab.tokens and second.idf == first.idf
+    assert torch.equal(second.module.embedding.weight, first.module.embedding.weight)
+    monkeypatch.setattr(text.IDFStatistics, "build", build)
+    other = prepared(tiny_dataset(words[::-1], seed=2))              # other texts: another entry
+    assert other.vocab.tokens != first.vocab.tokens
+    prepared(tiny_dataset(words), embedding_dim=6)                    # other options: another entry
+    assert len(list((tmp_path / "cache" / "vocabulary").glob("*.pt"))) == 3
+    files[0].write_bytes(files[0].read_bytes()[:-40])                 # damaged: rebuilt, same values
+    again = prepared(tiny_dataset(words))
+    assert again.vocab.tokens == first.vocab.tokens and again.idf == first.idf
+    assert torch.equal(again.module.embedding.weight, first.module.embedding.weight)
