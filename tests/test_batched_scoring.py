@@ -385,6 +385,10 @@ def test_cli_scoring_options(tmp_path, monkeypatch):
                                                 "--output-dir", str(tmp_path)]))
     with pytest.raises(PipelineError, match="--bf16 applies to the neural"):
         run_pipeline(build_parser().parse_args(["--bf16", "--output-dir", str(tmp_path)]))
+    with pytest.raises(PipelineError, match="exclude each other"):
+        run_pipeline(build_parser().parse_args(["--reranker", "hcan", "--precision", "float32", "--bf16",
+                                                "--output-dir", str(tmp_path)]))
+    assert defaults.precision == "auto" and build_parser().parse_args(["--precision", "bf16"]).precision == "bf16"
 
 
 def test_int8_and_bf16_runs_keep_the_float_run(tiny_encoder, tmp_path, monkeypatch):

@@ -63,8 +63,8 @@ def requested_precision(precision: str = "auto", bf16: bool = False, int8: bool 
     if precision != "auto":
         named.add(precision)
     if len(named) > 1:
-        raise ValueError(f"--precision / --bf16 / --int8 ask for {' and '.join(sorted(named))}: choose one "
-                          "scoring arithmetic")
+        raise ValueError(f"{' and '.join(sorted(named))} exclude each other (asked by --precision / --bf16 / "
+                         "--int8): choose one scoring arithmetic")
     return named.pop() if named else "auto"
 
 
