@@ -441,7 +441,7 @@ def paired_vs_zero_shot(zero_file: str | None, trained_file: str | None, trained
         common = sorted(set(zero_runs[seed]) & set(trained_runs[seed]))
         a = [trained_runs[seed][q] for q in common]
         b = [zero_runs[seed][q] for q in common]
-        pvalues.append(1.0 if a == b else round(float(stats.ttest_rel(a, b).pvalue), 6))
+        pvalues.append(1.0 if a == b else float(f"{stats.ttest_rel(a, b).pvalue:.3g}"))
         deltas.append(round(statistics.mean(a) - statistics.mean(b), 4))
         seeds.append(int(seed))
     if not seeds:

@@ -32,8 +32,9 @@ AUTO = "auto"
 #: the packaged sentence encoder the zero-shot bi-encoder scores with
 ZERO_SHOT_MODEL = "all-MiniLM-L6-v2"
 #: the first stage's share when a collection has no judged query to tune it on: the median of the weights the
-#: safe rule tuned for the zero-shot bi-encoder on Cranfield and Vaswani (3 seeds x 5 folds each, on 180 / 75
-#: queries: all 30 between 0.25 and 0.35; benchmarks/results/<collection>/bi-encoder-zero-shot-safe.json)
+#: safe rule tuned for the zero-shot bi-encoder on Cranfield, Vaswani, NFCorpus (3 seeds x 5 folds each) and
+#: WikiQA (3 seeds, one fold): all 48 between 0.2 and 0.4
+#: (benchmarks/results/<collection>/bi-encoder-zero-shot-safe.json)
 UNJUDGED_WEIGHT = 0.3
 
 
