@@ -1,4 +1,4 @@
-"""Beyond the zero-shot bi-encoder: the safe combination measured, and ``benchmarks/results/beyond-zero-shot.json``.
+"""Beyond the zero-shot bi-encoder: the safe combination measured, and ``benchmarks/results/combination/beyond-zero-shot.json``.
 
 Two commands::
 
@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SUMMARY = RESULTS / "beyond-zero-shot.json"
+SUMMARY = RESULTS / "combination" / "beyond-zero-shot.json"
 SIGNIFICANCE = 0.05
 
 
@@ -519,7 +519,7 @@ def main(argv=None) -> int:
     run.add_argument("--threads", type=int, default=1)
     run.add_argument("--score-cache", help="JSON file keeping a given model's scores between invocations")
     run.add_argument("--output", required=True)
-    summary = commands.add_parser("build", help="rebuild benchmarks/results/beyond-zero-shot.json")
+    summary = commands.add_parser("build", help="rebuild benchmarks/results/combination/beyond-zero-shot.json")
     summary.add_argument("--output", default=str(SUMMARY))
     args = parser.parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")

@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from .core.errors import ConfigError, PipelineError
 from .core.records import Qrel, Run, ScoredDoc, ranked
-from .stages import rerank, retrieve
+from .stages import rerank
 
 log = logging.getLogger("pipeline.fusion")
 
@@ -244,15 +244,20 @@ def tuning_queries(fold, given_model: bool = False) -> list[str]:
 
 
 def fold_choices(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP",
-                 given_model: bool = False, level: float = SAFE_LEVEL) -> dict[str, WeightChoice]:
+                 given_model: bool = False, level: float = SAFE_LEVEL, context=None) -> dict[str, WeightChoice]:
     """``fold name -> WeightChoice`` (:func:`choose_weight`) for every fold, each tuned on that fold's
-    :func:`tuning_queries` re-ranked by the fold's own model, so no weight is chosen on the queries it scores."""
+    :func:`tuning_queries` re-ranked by the fold's own model, so no weight is chosen on the queries it scores.
+    The tuning queries' candidates come from the run's ``context`` (:class:`pipeline.context.FirstStageContext`:
+    the first stage built once, each query retrieved once) or a new one."""
+    from .context import FirstStageContext
+
     check_tunable(folds)
+    context = context or FirstStageContext(dataset, first_stage, settings)
     choices: dict[str, WeightChoice] = {}
     for fold in folds:
         model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
         tuning = tuning_queries(fold, given_model)
-        tuning_first = retrieve(dataset, first_stage, k, [dataset.queries[q] for q in tuning], settings)
+        tuning_first = context.search([dataset.queries[q] for q in tuning], k)
         choice = choose_weight(tuning_first, rerank(model, dataset, tuning_first), dataset.qrels, metric,
                                level=level)
         log.info("fold %s: interpolation weight %.2f (%s, %s)", fold.name, choice.weight, metric, choice.describe())
@@ -261,8 +266,8 @@ def fold_choices(folds, reranker, dataset, first_stage: str, k: int, settings=No
 
 
 def fold_weights(folds, reranker, dataset, first_stage: str, k: int, settings=None, metric: str = "AP",
-                 given_model: bool = False) -> dict[str, float]:
+                 given_model: bool = False, context=None) -> dict[str, float]:
     """``query_id -> weight`` for every test query of ``folds``: each fold's safe weight
     (:func:`fold_choices`), 1.0 (the first stage) where tuning did not prove a gain."""
-    choices = fold_choices(folds, reranker, dataset, first_stage, k, settings, metric, given_model)
+    choices = fold_choices(folds, reranker, dataset, first_stage, k, settings, metric, given_model, context=context)
     return {q: choices[fold.name].weight for fold in folds for q in fold.test}

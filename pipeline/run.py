@@ -39,6 +39,7 @@ from rerankers.training import distributed
 from . import fusion
 from .cli_options import OptionParser, add_config_arguments
 from .config import RunConfig
+from .context import FirstStageContext
 from .config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
 from .core import evaluation
 from .core.datasets import load_dataset
@@ -52,7 +53,7 @@ from .core.trec import write_run
 from .model_cache import trained_reranker
 from .naming import default_run_name, first_stage_label
 from .plan import plan_run
-from .stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic
+from .stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic  # noqa: F401 (retrieve: p.retrieve)
 
 log = logging.getLogger("pipeline.run")
 
@@ -102,13 +103,16 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     timings["load"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    first = retrieve(dataset, plan.first_stage, plan.k, plan.queries, plan.settings)
+    # one first stage for the whole run: test, training and tuning candidates, each query retrieved once
+    context = FirstStageContext(dataset, plan.first_stage, plan.settings)
+    first = context.search(plan.queries, plan.k)
     timings["first_stage"] = time.perf_counter() - started
 
     reranker = None
     if plan.reranker_class is not None:
         started = time.perf_counter()
-        reranker = plan.reranker_class.load(config.model) if config.model else trained_reranker(plan.training, dataset)
+        reranker = (plan.reranker_class.load(config.model) if config.model
+                    else trained_reranker(plan.training, dataset, context))
         timings["train_or_load"] = time.perf_counter() - started
     if reranker is not None:
         # before any scoring: the dev queries tuning the interpolation are scored the same way
@@ -126,7 +130,8 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         weight = plan.interpolation
         if weight == "auto":
             weight = fusion.fold_weights(plan.folds, reranker, dataset, plan.first_stage, plan.depth or plan.k,
-                                         plan.settings, metric=plan.main_metric, given_model=bool(config.model))
+                                         plan.settings, metric=plan.main_metric, given_model=bool(config.model),
+                                         context=context)
         final = fusion.interpolate(top, final, weight)
         timings["interpolate"] = time.perf_counter() - started
     if reranker is not None and plan.depth:

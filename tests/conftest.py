@@ -44,6 +44,7 @@ def pytest_configure(config):
     os.environ["IR_DATASETS_HOME"] = str(_SESSION_DIR / "ir_datasets")
     os.environ["PIPELINE_INDEX_DIR"] = str(_SESSION_DIR / "indexes")
     os.environ["PIPELINE_HOME"] = str(_SESSION_DIR / "home")  # models and runs of tests never reach the repo
+    os.environ.setdefault("PIPELINE_PRECISION", "float32")  # same arithmetic on every host (auto is bf16 on AMX)
 
 
 def pytest_unconfigure(config):

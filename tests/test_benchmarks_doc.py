@@ -127,7 +127,8 @@ def test_the_results_folder_holds_no_flat_files_and_every_named_result_exists():
     # results live in benchmarks/results/<dataset or topic>/<experiment>.<ext>; fidelity.json is the one
     # file kept on top (its path is required). Every benchmarks/results/... path named in BENCHMARKS.md,
     # README.md, docs/*.md and benchmarks/*.py exists, except a family written with "<...>", "{...}" (built in code),
-    # "seedN" or "-B.md"; a "*" is a glob that must match at least one file.
+    # "seedN" or "-B.md"; a "*" is a glob that must match at least one file, a path without a suffix a stem
+    # (a script's --output) that must name at least one file.
     results = ROOT / "benchmarks" / "results"
     assert {p.name for p in results.iterdir() if not p.is_dir()} <= {"fidelity.json"}
     sources = [ROOT / "BENCHMARKS.md", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
@@ -139,6 +140,8 @@ def test_the_results_folder_holds_no_flat_files_and_every_named_result_exists():
             if re.search(r"[<>{}]|seedN|-B\.md", path):
                 continue
             found = list(ROOT.glob(path)) if "*" in path else [ROOT / path] if (ROOT / path).exists() else []
+            if not found and not Path(path).suffix:  # a stem (--output): the files written as stem.json/.md
+                found = list(ROOT.glob(path + ".*"))
             if not found:
                 missing.append(f"{source.relative_to(ROOT)}: {path}")
             if len(Path(path).parts) == 3 and not (ROOT / path).is_dir() and path != "benchmarks/results/fidelity.json":

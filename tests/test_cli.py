@@ -162,7 +162,7 @@ def test_every_step_is_a_console_command():
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert set(scripts) == {"rerank-run", "rerank-train", "rerank-index", "rerank-evaluate", "rerank-serve",
-                            "rerank-export", "rerank-classify", "rerank-fuse"}
+                            "rerank-export", "rerank-classify", "rerank-fuse", "rerank-verify"}
     installed = {point.name: point.value for point in metadata.entry_points(group="console_scripts")}
     for name, target in scripts.items():
         module, function = target.split(":")

@@ -581,13 +581,13 @@ def test_default_interpolation_is_tuned_on_dev_queries_never_on_test_queries(tin
     from pipeline.run import build_parser, run_pipeline
 
     tuned_on: list[set[str]] = []
-    tune_weight = fusion.tune_weight
+    choose_weight = fusion.choose_weight
 
-    def recording(first, reranked, qrels, metric="AP", grid=fusion.DEFAULT_GRID):
+    def recording(first, reranked, qrels, metric="AP", **options):
         tuned_on.append(set(reranked))
-        return tune_weight(first, reranked, qrels, metric, grid)
+        return choose_weight(first, reranked, qrels, metric, **options)
 
-    monkeypatch.setattr(fusion, "tune_weight", recording)
+    monkeypatch.setattr(fusion, "choose_weight", recording)
     monkeypatch.setenv("PIPELINE_MODEL_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("TQDM_DISABLE", "1")
     settings = [f"--set={k}={v}" for k, v in {**TINY, "epochs": 1}.items()]

@@ -1,6 +1,6 @@
 """The safe combination of ``--interpolate auto`` (pipeline.fusion.choose_weight): a tuned weight is kept only
 when its cross-validated gain over the first stage clears its noise, else the first stage is kept; weights
-are never tuned on test queries; and benchmarks/results/beyond-zero-shot.json is what its script builds."""
+are never tuned on test queries; and benchmarks/results/combination/beyond-zero-shot.json is what its script builds."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,6 +19,7 @@ from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 from pipeline.protocols import Fold
 
 ROOT = Path(__file__).resolve().parent.parent
+SUMMARY_PATH = ROOT / "benchmarks" / "results" / "combination" / "beyond-zero-shot.json"
 
 
 def synthetic(queries: int, seed: int, skill: float):
@@ -194,13 +195,13 @@ def load_script():
 
 def test_beyond_zero_shot_json_is_what_the_script_builds_from_the_result_files():
     script = load_script()
-    kept = json.loads((ROOT / "benchmarks" / "results" / "beyond-zero-shot.json").read_text(encoding="utf-8"))
+    kept = json.loads(SUMMARY_PATH.read_text(encoding="utf-8"))
     assert kept == json.loads(json.dumps(script.build())), \
         "stale: run python benchmarks/beyond_zero_shot.py build"
 
 
 def test_the_summary_has_every_shipped_collection_and_its_required_keys():
-    kept = json.loads((ROOT / "benchmarks" / "results" / "beyond-zero-shot.json").read_text(encoding="utf-8"))
+    kept = json.loads(SUMMARY_PATH.read_text(encoding="utf-8"))
     names = [c["collection"] for c in kept["collections"]]
     assert {"Cranfield", "Vaswani", "NFCorpus", "Microblog 2014", "DL19", "DL20"} <= set(names)
     for entry in kept["collections"]:
@@ -275,7 +276,7 @@ def test_auto_from_an_empty_home_scores_with_the_packaged_bi_encoder(monkeypatch
 
 def test_the_recommendations_page_shows_the_summary_as_rendered():
     script = load_script()
-    kept = json.loads((ROOT / "benchmarks" / "results" / "beyond-zero-shot.json").read_text(encoding="utf-8"))
+    kept = json.loads(SUMMARY_PATH.read_text(encoding="utf-8"))
     doc = (ROOT / "docs" / "recommendations.md").read_text(encoding="utf-8")
     block = doc.split("<!-- safe-combination:begin -->\n", 1)[1].split("<!-- safe-combination:end -->", 1)[0]
     assert block == script.render_safe_table(kept), "stale: run python benchmarks/beyond_zero_shot.py build"
