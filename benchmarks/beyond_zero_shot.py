@@ -459,6 +459,8 @@ def build() -> dict:
 
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "recommendations.md"
+#: the files holding the ``safe-combination`` block: the recommendations page and BENCHMARKS.md
+DOCS = (DOC, DOC.parent.parent / "BENCHMARKS.md")
 
 
 def fmt(value) -> str:
@@ -498,7 +500,7 @@ def replace_block(text: str, name: str, block: str) -> str:
     """``text`` with the lines between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` replaced by ``block``."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     if begin not in text or end not in text:
-        raise SystemExit(f"{DOC} lacks the markers {begin} / {end}")
+        raise SystemExit(f"the document lacks the markers {begin} / {end}")
     head, rest = text.split(begin, 1)
     return head + begin + "\n" + block + end + rest.split(end, 1)[1]
 
@@ -528,11 +530,11 @@ def main(argv=None) -> int:
     else:
         summary = build()
         write_json(Path(args.output), summary)
-        if DOC.is_file():
-            from pipeline.core.atomic import atomic_write
+        from pipeline.core.atomic import atomic_write
 
-            text = replace_block(DOC.read_text(encoding="utf-8"), "safe-combination", render_safe_table(summary))
-            with atomic_write(DOC) as handle:
+        for doc in DOCS:
+            text = replace_block(doc.read_text(encoding="utf-8"), "safe-combination", render_safe_table(summary))
+            with atomic_write(doc) as handle:
                 handle.write(text)
     print(f"wrote {args.output}")
     return 0

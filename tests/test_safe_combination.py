@@ -274,9 +274,10 @@ def test_auto_from_an_empty_home_scores_with_the_packaged_bi_encoder(monkeypatch
         assert [h.doc_id for h in hits] == [h.doc_id for h in expected[query_id]]
 
 
-def test_the_recommendations_page_shows_the_summary_as_rendered():
+@pytest.mark.parametrize("page", ["docs/recommendations.md", "BENCHMARKS.md"])
+def test_the_recommendations_page_and_benchmarks_show_the_summary_as_rendered(page):
     script = load_script()
     kept = json.loads(SUMMARY_PATH.read_text(encoding="utf-8"))
-    doc = (ROOT / "docs" / "recommendations.md").read_text(encoding="utf-8")
+    doc = (ROOT / page).read_text(encoding="utf-8")
     block = doc.split("<!-- safe-combination:begin -->\n", 1)[1].split("<!-- safe-combination:end -->", 1)[0]
     assert block == script.render_safe_table(kept), "stale: run python benchmarks/beyond_zero_shot.py build"
