@@ -150,6 +150,33 @@ def test_the_results_folder_holds_no_flat_files_and_every_named_result_exists():
     assert missing == []
 
 
+def test_the_file_opens_with_the_matrix_matrix_py_renders():
+    matrix = load_script("matrix")
+    doc = text()
+    assert doc.startswith("# Benchmarks\n\n<!-- matrix:begin -->\n")
+    assert between(doc, "<!-- matrix:begin -->", "<!-- matrix:end -->") == "\n" + matrix.render(), \
+        "run python benchmarks/matrix.py --update BENCHMARKS.md"
+
+
+def test_each_matrix_cell_read_from_a_markdown_table_agrees_with_the_table_s_own_mean():
+    # the Markdown sources are parsed from their per-seed column: the mean they print beside it must match
+    matrix = load_script("matrix")
+    checked = 0
+    for _, _, cells in matrix.ROWS:
+        for key, source in cells.items():
+            if source.file.endswith(".json"):
+                continue
+            metric = next(c.metric for c in matrix.COLUMNS if c.key == key)
+            lines = (matrix.RESULTS / source.file).read_text(encoding="utf-8").splitlines()
+            header = [c.strip() for c in next(line for line in lines if line.startswith("|")).strip("|").split("|")]
+            row = next(line for line in lines if re.match(rf"\| {re.escape(source.row)}( \(\d+ seeds?\))? \|", line))
+            stated = float(row.strip("|").split("|")[header.index(metric)].split("±")[0])
+            values = source.values(metric)
+            assert abs(sum(values) / len(values) - stated) < 1e-4, (source, metric)
+            checked += 1
+    assert checked >= 10
+
+
 def test_fidelity_json_and_its_table_are_what_fidelity_py_builds():
     fidelity = load_script("fidelity")
     record = fidelity.build()

@@ -1,0 +1,304 @@
+"""The model x collection matrix that opens BENCHMARKS.md, rendered from the result files of ``benchmarks/results``.
+
+One row per model (alone, and combined with the first stage where that was measured), one column per shipped
+collection, each cell the collection's main metric as mean ± sample sd over the seeds a command ran, with the
+number of seeds and a link to the numbered source under the table: the result file and the command recorded
+in it. Nothing is computed from anything but those files; a pair no file holds is "—". Most sources are the
+JSON files ``reproduce.py`` and ``beyond_zero_shot.py measure`` write; a few Microblog and WikiQA word-level
+rows exist only as the Markdown tables of runs stopped before their JSON was written, and are read from the
+per-seed column of those tables (the command is the table's first-line comment).
+
+Example::
+
+    python benchmarks/matrix.py                          # print the block
+    python benchmarks/matrix.py --update BENCHMARKS.md   # rewrite it between <!-- matrix:begin/end -->
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from effectiveness import replace_block  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NAME = "matrix"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One collection: its label, main metric and first stage (the first stage's value is read from a source)."""
+
+    key: str
+    label: str
+    metric: str
+    first_stage: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """One measured cell: ``row`` of ``file`` (a ``reproduce.py`` JSON, or a Markdown table's per-seed column)."""
+
+    file: str
+    row: str
+
+    def values(self, metric: str) -> list[float]:
+        """The per-seed values of ``metric`` in this row.
+
+        Args:
+            metric: a measure the file recorded, e.g. ``"AP"``.
+
+        Returns:
+            One value per seed, in the file's order.
+
+        Example:
+            >>> Source("cranfield/knrm.json", "knrm").values("AP")[:1]  # doctest: +SKIP
+            [0.1...]
+        """
+        if self.file.endswith(".json"):
+            return [float(v) for v in load_json(self.file)["results"][self.row][metric]]
+        return markdown_values(self.file, self.row, metric)
+
+    def command(self) -> str:
+        """The command recorded in the file (a Markdown table's first-line comment)."""
+        if self.file.endswith(".json"):
+            return "python " + load_json(self.file)["command"]
+        first = (RESULTS / self.file).read_text(encoding="utf-8").split("-->", 1)[0]
+        return " ".join(first.replace("<!--", "").split())
+
+    def precision(self) -> str:
+        """``"bf16"`` when the recorded command ran with ``--bf16``, else ``""`` (float32)."""
+        return "bf16" if re.search(r"--bf16\b", self.command()) else ""
+
+
+def load_json(file: str) -> dict:
+    """A JSON result file of ``benchmarks/results``."""
+    return json.loads((RESULTS / file).read_text(encoding="utf-8"))
+
+
+def markdown_values(file: str, row: str, metric: str) -> list[float]:
+    """Per-seed values of ``metric`` from a Markdown result table whose last column lists them per seed.
+
+    The per-seed column reads ``0.2059/0.4139; 0.2123/0.4172`` (optionally ``seed 1: ...``), one ``/``-separated
+    group per seed in the order of the table's metric columns; the row is the one whose model cell is ``row``
+    (with or without a trailing ``(N seeds)``).
+
+    Args:
+        file: path under ``benchmarks/results``.
+        row: the model name in the first cell.
+        metric: one of the table's metric columns.
+
+    Returns:
+        One value per seed.
+
+    Example:
+        >>> markdown_values("microblog/2014-models.md", "drmm", "AP")  # doctest: +SKIP
+        [0.3411, 0.3396, 0.3226]
+    """
+    lines = [line for line in (RESULTS / file).read_text(encoding="utf-8").splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    metrics = [name for name in header[1:] if name not in ("seeds",) and not name.startswith("per seed")]
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if re.sub(r" \(\d+ seeds?\)$", "", cells[0]) == row:
+            groups = [re.sub(r"^seed \d+:\s*", "", g.strip()) for g in cells[-1].split(";") if g.strip()]
+            return [float(group.split("/")[metrics.index(metric)]) for group in groups]
+    raise SystemExit(f"benchmarks/results/{file}: no row {row!r} in its table")
+
+
+#: the collections, in the order of the matrix's columns
+COLUMNS = [
+    Column("mb2011", "Microblog 2011", "AP", "QL top-1000"),
+    Column("mb2012", "Microblog 2012", "AP", "QL top-1000"),
+    Column("mb2013", "Microblog 2013", "AP", "QL top-1000"),
+    Column("mb2014", "Microblog 2014", "AP", "QL top-1000"),
+    Column("dl19", "DL19", "nDCG@10", "BM25 top-100"),
+    Column("dl20", "DL20", "nDCG@10", "BM25 top-100"),
+    Column("dl21", "DL21", "nDCG@10", "BM25 top-100"),
+    Column("nfcorpus", "NFCorpus", "nDCG@10", "BM25 top-100"),
+    Column("nfc-titles", "NFCorpus titles", "P@1", "BM25 top-100"),
+    Column("wikiqa", "WikiQA", "AP", "page order, 237 q"),
+    Column("trecqa", "TrecQA raw-test", "AP", "file order, correct first"),
+    Column("vaswani", "Vaswani", "AP", "BM25 top-100"),
+    Column("cranfield", "Cranfield", "AP", "BM25 top-100"),
+]
+
+ALONE, TUNED, SAFE = "", " + first stage, tuned weight", " + first stage, safe rule"
+
+
+def _models(pattern: str, row: str, keys: list[str]) -> dict[str, Source]:
+    """``{column: Source}`` for a file family such as ``"dl/{year}-knrm-drmm.json"``."""
+    years = {"mb2011": "2011", "mb2012": "2012", "mb2013": "2013", "mb2014": "2014",
+             "dl19": "2019", "dl20": "2020", "dl21": "2021"}
+    return {key: Source(pattern.format(year=years[key]), row) for key in keys}
+
+
+def _word_level(name: str, mb2013: str, mb2014: str, wikiqa: str) -> dict[str, Source]:
+    """A word-level model's cells on the collections where all of them ran (file names per collection)."""
+    return {"mb2013": Source(mb2013, name), "mb2014": Source(mb2014, name),
+            "nfc-titles": Source("nfcorpus/titles-models-3seeds.json", name),
+            "wikiqa": Source(wikiqa, name), "trecqa": Source("trecqa/models.json", name)}
+
+
+#: (model, how it is combined with the first stage, {column: source}); each row's recipe is its source's command
+ROWS: list[tuple[str, str, dict[str, Source]]] = [
+    ("KNRM", ALONE, {**_word_level("knrm", "microblog/2013-models.md", "microblog/2014-models.md", "wikiqa/models.md"),
+                     **_models("dl/{year}-knrm-drmm.json", "knrm", ["dl19", "dl20", "dl21"]),
+                     **{c: Source(f"{c}/knrm.json", "knrm") for c in ("nfcorpus", "vaswani", "cranfield")}}),
+    ("KNRM", TUNED, {**_models("dl/{year}-knrm-drmm.json", "knrm+interp", ["dl19", "dl20", "dl21"]),
+                     **{c: Source(f"{c}/knrm.json", "knrm+interp") for c in ("nfcorpus", "vaswani", "cranfield")}}),
+    ("KNRM", SAFE, {"cranfield": Source("cranfield/knrm-safe.json", "knrm+safe")}),
+    ("DRMM", ALONE, {**_word_level("drmm", "microblog/2013-models.md", "microblog/2014-models.md", "wikiqa/models.md"),
+                     **_models("dl/{year}-knrm-drmm.json", "drmm", ["dl19", "dl20", "dl21"])}),
+    ("DRMM", TUNED, _models("dl/{year}-knrm-drmm.json", "drmm+interp", ["dl19", "dl20", "dl21"])),
+    ("Conv-KNRM", ALONE, _word_level("conv-knrm", "microblog/2013-models.md", "microblog/2014-models.md",
+                                     "wikiqa/models.md")),
+    ("MatchPyramid", ALONE, _word_level("matchpyramid", "microblog/2013-models.md", "microblog/2014-models.md",
+                                        "wikiqa/models.md")),
+    ("MV-LSTM", ALONE, _word_level("mvlstm", "microblog/2013-models-rest.json", "microblog/2014-models-all.md",
+                                   "wikiqa/models.md")),
+    ("aMV-LSTM", ALONE, _word_level("amvlstm", "microblog/2013-models-rest.json", "microblog/2014-models-rest3.md",
+                                    "wikiqa/models.md")),
+    ("IASM", ALONE, _word_level("iasm", "microblog/2013-models-rest.json", "microblog/2014-models-rest3.md",
+                                "wikiqa/models.md")),
+    ("IASM-static (eq. 3's static matching matrix)", ALONE,
+     _word_level("iasm-static", "microblog/2013-models-rest.json", "microblog/2014-models-rest3.md",
+                 "wikiqa/models.md")),
+    ("Match-SRNN", ALONE, _word_level("match-srnn", "microblog/2013-models-rest.json",
+                                      "microblog/2014-models-rest3.md", "wikiqa/match-srnn.json")),
+    ("Bi-Match-SRNN", ALONE, _word_level("bi-match-srnn", "microblog/2013-models-rest.json",
+                                         "microblog/2014-models-all.md", "wikiqa/match-srnn.json")),
+    ("HCAN", ALONE, {"mb2013": Source("microblog/2013-hcan-full.json", "hcan-HCAN"),
+                     "mb2014": Source("microblog/2014-hcan-headline.json", "hcan"),
+                     **_models("dl/{year}-hcan.json", "hcan", ["dl19", "dl20"]),
+                     "trecqa": Source("trecqa/hcan.json", "hcan-HCAN")}),
+    ("HCAN", TUNED, {"mb2014": Source("microblog/2014-hcan-headline.json", "hcan+interp"),
+                     **_models("dl/{year}-hcan.json", "hcan+interp", ["dl19", "dl20"])}),
+    ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
+    ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
+    ("HCAN, hinge loss, up to 20 epochs", ALONE,
+     _models("microblog/{year}-hcan-hinge-all.json", "hcan-HCAN", ["mb2011", "mb2012", "mb2013", "mb2014"])),
+    ("HCAN, hinge loss, up to 20 epochs", TUNED,
+     _models("microblog/{year}-hcan-hinge-all.json", "hcan-HCAN+interp", ["mb2011", "mb2012", "mb2013", "mb2014"])),
+    ("cross-encoder (MiniLM, 2 x 3,200 pairs)", ALONE,
+     {**_models("microblog/{year}-transformers-depth1000-3seeds.json", "cross-encoder", ["mb2013", "mb2014"]),
+      **_models("dl/{year}-cross-encoder.json", "cross-encoder", ["dl19", "dl20"]),
+      "wikiqa": Source("wikiqa/transformers-3seeds.json", "cross-encoder")}),
+    ("cross-encoder (MiniLM, 2 x 3,200 pairs)", TUNED,
+     {**_models("microblog/{year}-transformers-depth1000-3seeds.json", "cross-encoder+interp", ["mb2013", "mb2014"]),
+      **_models("dl/{year}-cross-encoder.json", "cross-encoder+interp", ["dl19", "dl20"])}),
+    ("cross-encoder (MiniLM, 6 epochs)", ALONE, {"wikiqa": Source("wikiqa/long-ce-3seeds.json", "cross-encoder")}),
+    ("ADDAX (MiniLM, 2 x 3,200 pairs)", ALONE,
+     {**_models("microblog/{year}-transformers-depth1000-3seeds.json", "addax", ["mb2013", "mb2014"]),
+      **_models("dl/{year}-addax.json", "addax", ["dl19", "dl20"]),
+      "wikiqa": Source("wikiqa/transformers-3seeds.json", "addax")}),
+    ("ADDAX (MiniLM, 2 x 3,200 pairs)", TUNED,
+     {**_models("microblog/{year}-transformers-depth1000-3seeds.json", "addax+interp", ["mb2013", "mb2014"]),
+      **_models("dl/{year}-addax.json", "addax+interp", ["dl19", "dl20"])}),
+    ("ADDAX (MiniLM, 2 x 3,200 pairs), bf16", ALONE, _models("dl/{year}-addax-bf16.json", "addax", ["dl19", "dl20"])),
+    ("ADDAX (MiniLM, 2 x 3,200 pairs), bf16", TUNED,
+     _models("dl/{year}-addax-bf16.json", "addax+interp", ["dl19", "dl20"])),
+    ("ADDAX (MiniLM, the paper's recipe: the defaults)", ALONE,
+     {"wikiqa": Source("wikiqa/paper18-addax-3seeds.json", "addax")}),
+    ("bi-encoder, zero-shot (MiniLM as packaged)", ALONE,
+     {**_models("dl/{year}-bi-encoder-zero-shot.json", "bi-encoder", ["dl19", "dl20", "dl21"]),
+      **{c: Source(f"{c}/bi-encoder-zero-shot.json", "bi-encoder")
+         for c in ("nfcorpus", "wikiqa", "trecqa", "vaswani", "cranfield")}}),
+    ("bi-encoder, zero-shot (MiniLM as packaged)", TUNED,
+     {**_models("dl/{year}-bi-encoder-zero-shot.json", "bi-encoder+interp", ["dl19", "dl20", "dl21"]),
+      **{c: Source(f"{c}/bi-encoder-zero-shot.json", "bi-encoder+interp")
+         for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}}),
+    ("bi-encoder, zero-shot (MiniLM as packaged)", SAFE,
+     {c: Source(f"{c}/bi-encoder-zero-shot-safe.json", "bi-encoder+safe")
+      for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}),
+]
+
+
+def first_stage_source(column: Column) -> Source | None:
+    """The first JSON source of ``column`` in ``ROWS`` (every such file records the first stage's value)."""
+    for _, _, cells in ROWS:
+        source = cells.get(column.key)
+        if source is not None and source.file.endswith(".json"):
+            return source
+    return None
+
+
+def summary(values: list[float]) -> str:
+    """``mean ± sd (n=N)`` with the sample sd, or ``value (n=1)``."""
+    if len(values) == 1:
+        return f"{values[0]:.4f} (n=1)"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f} (n={len(values)})"
+
+
+def render() -> str:
+    """The Markdown block: the metric line, the matrix, and the numbered sources its cells link to."""
+    numbers: dict[str, int] = {}
+    sources: list[Source] = []
+
+    def link(source: Source) -> str:
+        if source.file not in numbers:
+            numbers[source.file] = len(numbers) + 1
+            sources.append(source)
+        number = numbers[source.file]
+        return f"[{number}](#matrix-{number})"
+
+    metrics = "; ".join(f"{c.label} {c.metric}" for c in COLUMNS)
+    lines = [f"Main metric per collection: {metrics}. Mean ± sample sd over seeds (n = seeds); float32 unless "
+             "marked bf16; \"—\" = not measured. The first row is the first stage alone (deterministic); "
+             "\"tuned weight\" is the weight tuned on the dev queries, \"safe rule\" keeps the first stage unless "
+             "the tuned weight's gain is significant (the current `--interpolate auto`). Each cell links to its "
+             "result file and the command that wrote it (the list under the matrix). Regenerate with "
+             "`python benchmarks/matrix.py --update BENCHMARKS.md`.",
+             "",
+             "| model | " + " | ".join(f"{c.label}<br>{c.metric}, {c.first_stage}" for c in COLUMNS) + " |",
+             "|---" * (len(COLUMNS) + 1) + "|"]
+    first = ["first stage"]
+    for column in COLUMNS:
+        source = first_stage_source(column)
+        if source is None:
+            first.append("—")
+        else:
+            value = load_json(source.file)["first_stage"][column.metric]
+            first.append(f"{value:.4f} {link(source)}")
+    lines.append("| " + " | ".join(first) + " |")
+    for model, combination, cells in ROWS:
+        out = [model + combination]
+        for column in COLUMNS:
+            source = cells.get(column.key)
+            if source is None:
+                out.append("—")
+                continue
+            mark = f" {source.precision()}" if source.precision() else ""
+            out.append(f"{summary(source.values(column.metric))}{mark} {link(source)}")
+        lines.append("| " + " | ".join(out) + " |")
+    lines.append("")
+    for number, source in enumerate(sources, 1):
+        lines.append(f"- <a id=\"matrix-{number}\"></a>{number}. `benchmarks/results/{source.file}`: "
+                     f"`{source.command()}`")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update", metavar="MARKDOWN",
+                        help=f"replace the block between <!-- {NAME}:begin --> and <!-- {NAME}:end --> in this file")
+    args = parser.parse_args(argv)
+    block = render()
+    if args.update:
+        from pipeline.core.atomic import atomic_write
+
+        text = replace_block(Path(args.update).read_text(encoding="utf-8"), NAME, block, args.update)
+        with atomic_write(args.update) as handle:
+            handle.write(text)
+    print(block, end="")
+
+
+if __name__ == "__main__":
+    main()
