@@ -27,7 +27,7 @@ from pipeline.core.atomic import write_text  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from rerankers.addax import AddaxReranker  # noqa: E402
 from rerankers.cross_encoder import CrossEncoderReranker  # noqa: E402
-from rerankers.encoders import DEFAULT_ENCODER  # noqa: E402
+from infra.encoders import DEFAULT_ENCODER  # noqa: E402
 
 GOAL = 3.0
 

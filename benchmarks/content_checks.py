@@ -103,7 +103,7 @@ def headline_model(home: Path):
 def checkpoint_part(rounds: int, rerank_queries: int, home: Path) -> dict:
     import torch
 
-    from rerankers.checkpoints import load_checkpoint
+    from infra.checkpoints import load_checkpoint
 
     reranker, dataset, fold, path = headline_model(home)
     store = dataset.doc_store()

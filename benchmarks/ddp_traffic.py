@@ -41,7 +41,7 @@ def worker(args) -> None:
     from pipeline.core.datasets import load_dataset
     from pipeline.protocols import make_protocol
     from rerankers import reranker_class
-    from rerankers.training import distributed
+    from infra import distributed
     from rerankers.training.data import RankingData
 
     torch.set_num_threads(1)

@@ -133,7 +133,7 @@ def encoder_identity(name: str) -> dict:
     """What identifies encoder ``name`` in a cache key: the name for a hub id; for a local directory (the
     packaged MiniLM included) the SHA-256 of its ``config.json`` and the sizes of its weight files, so a
     directory whose model changes gets a new index while the same model at another path does not."""
-    from rerankers.encoders import _MINILM_NAMES, DEFAULT_ENCODER, resolve_encoder
+    from infra.encoders import _MINILM_NAMES, DEFAULT_ENCODER, resolve_encoder
 
     location = Path(resolve_encoder(name))
     label = DEFAULT_ENCODER if name.lower() in _MINILM_NAMES else name
@@ -151,7 +151,7 @@ def resolve_pooling(options: DenseOptions) -> str:
     ``1_Pooling/config.json`` says (``pooling_mode_cls_token``), else ``mean``."""
     if options.pooling != "auto":
         return options.pooling
-    from rerankers.encoders import resolve_encoder
+    from infra.encoders import resolve_encoder
 
     config = Path(resolve_encoder(options.encoder)) / "1_Pooling" / "config.json"
     try:
@@ -176,7 +176,7 @@ class TextEncoder:
 
     def __init__(self, options: DenseOptions):
         from pipeline.core.runtime import resolve_device
-        from rerankers.encoders import load_encoder
+        from infra.encoders import load_encoder
 
         self.options = options
         self.pooling = resolve_pooling(options)

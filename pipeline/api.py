@@ -232,7 +232,7 @@ class Reranker:
 
 def _checkpoint_name(path: Path) -> str:
     """The re-ranker name a checkpoint file records (read with ``weights_only``; no code from the file runs)."""
-    from rerankers.checkpoints import load_checkpoint
+    from infra.checkpoints import load_checkpoint
 
     payload = load_checkpoint(path)
     name = payload.get("reranker")
@@ -252,7 +252,7 @@ def _directory_model(directory: Path) -> Any:
     if not (directory / "config.json").is_file():
         raise CheckpointError(f"{directory}: neither an export of a re-ranker ({', '.join(CONFIG_FILES)}) nor a "
                               f"Hugging Face model directory (config.json)")
-    from rerankers.encoders import is_sequence_classifier, pretrained_config
+    from infra.encoders import is_sequence_classifier, pretrained_config
 
     kind = "cross-encoder" if is_sequence_classifier(pretrained_config(str(directory))) else "bi-encoder"
     return reranker_class(kind).load(directory)

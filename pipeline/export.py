@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rerankers import reranker_class
-from rerankers.checkpoints import load_checkpoint
+from infra.checkpoints import load_checkpoint
 
 from .config import RunConfig
 from .core.datasets import load_dataset

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from rerankers.training import distributed
+from infra import distributed
 from rerankers import reranker_class
 from rerankers.training.data import RankingData
 
@@ -34,11 +34,11 @@ def training_state_path(path: str | Path) -> Path:
 
 
 def train_fold(name: str, dataset: Dataset, fold: Fold, candidates: Run, options: Mapping[str, Any], seed: int,
-               path: Path | None = None):
-    """Build, prepare and train re-ranker ``name`` on one fold (candidates: a first-stage run holding the
-    fold's training and dev queries); save it to ``path`` when given. Returns ``(reranker, report)``, the
-    report being what the re-ranker's ``fit`` returned."""
-    reranker = untrained_reranker(reranker_class(name), options, seed)
+               path: Path | None = None, cls: type | None = None):
+    """Build, prepare and train re-ranker ``name`` (class ``cls`` when the caller looked it up already) on one
+    fold (candidates: a first-stage run holding the fold's training and dev queries); save it to ``path`` when
+    given. Returns ``(reranker, report)``, the report being what the re-ranker's ``fit`` returned."""
+    reranker = untrained_reranker(cls or reranker_class(name), options, seed)
     train = RankingData.from_dataset(dataset, fold.train, candidates)
     dev = RankingData.from_dataset(dataset, fold.dev, candidates) if fold.dev else None
     if hasattr(reranker, "prepare"):  # vocabulary, embeddings, a fresh module; optional for a plugin

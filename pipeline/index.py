@@ -20,7 +20,7 @@ import time
 from typing import Sequence
 
 from indexes.codes import CodeOptions
-from rerankers.training import distributed
+from infra import distributed
 
 from .cli_options import OptionParser, add_config_arguments
 from .core.datasets import load_dataset

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from rerankers.training import distributed
+from infra import distributed
 
 from . import fusion
 from .cli_options import OptionParser, add_config_arguments
@@ -43,16 +43,15 @@ from .context import FirstStageContext
 from .config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
 from .core import evaluation
 from .core.datasets import load_dataset
-from .core.logs import configure_logging
-from .core.errors import ConfigError, PipelineError
-from .core.interrupts import exit_cleanly
+from .core.errors import ConfigError
 from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluate``, see above)
 from .core.records import Run
-from .core.runtime import keep_freed_memory, seed_everything
+from .core.runtime import seed_everything
 from .core.trec import write_run
-from .model_cache import trained_reranker
+from .obtain import obtain_model
 from .naming import default_run_name, first_stage_label
 from .plan import plan_run
+from .shell import run_command
 from .stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic  # noqa: F401 (retrieve: p.retrieve)
 
 log = logging.getLogger("pipeline.run")
@@ -111,12 +110,10 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     reranker = None
     if plan.reranker_class is not None:
         started = time.perf_counter()
-        reranker = (plan.reranker_class.load(config.model) if config.model
-                    else trained_reranker(plan.training, dataset, context))
+        # the scoring arithmetic is set before any scoring: the dev queries tuning the interpolation too
+        reranker = obtain_model(config.reranker, config.model, training=plan.training, dataset=dataset,
+                                context=context, cls=plan.reranker_class, arithmetic=config).reranker
         timings["train_or_load"] = time.perf_counter() - started
-    if reranker is not None:
-        # before any scoring: the dev queries tuning the interpolation are scored the same way
-        set_scoring_arithmetic(reranker, config)
     started = time.perf_counter()
     top = head(first, plan.depth)
     final = rerank(reranker, dataset, top, batch_size=config.batch_size)
@@ -177,30 +174,17 @@ def parse_config(argv: Sequence[str] | None = None, parser: argparse.ArgumentPar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point: a bad option or input prints ``error: ...`` and exits with status 2."""
-    configure_logging()
-    keep_freed_memory()
-    try:
-        with exit_cleanly(KEPT_ON_INTERRUPT):
-            config = parse_config(argv)
-            # under torchrun: training data-parallel, scoring dealt to the ranks, rank 0 writes and reports
-            distributed.init_from_environment()
-            result = run_pipeline(config)
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # the disk filled up or went away mid-run: nothing half-written was kept
-        where = f" {error.filename}" if error.filename else ""
-        print(f"error: cannot write{where}: {error.strerror or error}; no partial run or cache entry was kept",
-              file=sys.stderr)
-        return 1
-    finally:
-        distributed.shutdown()
-    if distributed.rank_from_environment() == 0:
-        print(f"run: {result.run_path}")
-        if result.comparison is not None:
-            print(result.comparison.markdown())
-    return 0
+    """Command-line entry point (in the command shell, :func:`pipeline.shell.run_command`): a bad option or
+    input prints ``error: ...`` and exits with status 2. Under torchrun: training data-parallel, scoring dealt
+    to the ranks, rank 0 writes and reports."""
+    def work() -> None:
+        result = run_pipeline(parse_config(argv))
+        if distributed.is_main():
+            print(f"run: {result.run_path}")
+            if result.comparison is not None:
+                print(result.comparison.markdown())
+
+    return run_command(work, KEPT_ON_INTERRUPT, "no partial run or cache entry was kept", distributed=True)
 
 
 if __name__ == "__main__":

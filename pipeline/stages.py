@@ -10,7 +10,7 @@ from pipeline.core.progress import progress_switch, tqdm
 
 from indexes import make_first_stage
 
-from rerankers.training import distributed
+from infra import distributed
 
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError

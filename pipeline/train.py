@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from rerankers.training import distributed
+from infra import distributed
 
 from .config import RunConfig
 from .core.datasets import load_dataset
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with exit_cleanly(KEPT_ON_INTERRUPT):
             config = parse_config(argv, parser)
-            # under torchrun: data-parallel training, each rank a share of every batch (rerankers/training/distributed.py)
+            # under torchrun: data-parallel training, each rank a share of every batch (infra/distributed.py)
             distributed.init_from_environment()
             train(config)
     except PipelineError as error:

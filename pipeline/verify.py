@@ -95,7 +95,7 @@ def verify_entry(path: Path) -> str:
                                 f"verified; delete it to rebuild it: rm -rf '{path}'")
         filecheck.check(path, recorded, VERIFIED_STAMP, "code index", full=True)
     elif kind == "checkpoint":
-        from rerankers.checkpoints import DIGEST_KEY, load_checkpoint
+        from infra.checkpoints import DIGEST_KEY, load_checkpoint
 
         if DIGEST_KEY not in load_checkpoint(path):
             raise PipelineError(f"{path}: written before checkpoints carried a SHA-256: it cannot be verified")

@@ -90,7 +90,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.records import Doc, Query
 
 from .blocks import masked_softmax
-from .blocks import maxsim as late_interaction
+from infra.maxsim import maxsim as late_interaction
 from .hf_export import ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE
 from .lru import LRUCache
 from .transformer_base import TransformerReranker, pad_ids, unique_rows

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
 
-from .encoders import pretrained_config
+from infra.encoders import pretrained_config
 from .lru import LRUCache
 from .transformer_base import TransformerReranker, pad_ids, unique_rows
 

@@ -47,7 +47,7 @@ import torch.nn as nn
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
 
-from .encoders import (
+from infra.encoders import (
     is_sequence_classifier, load_classifier, load_encoder, pretrained_config, pretrained_tokenizer,
 )
 from .transformer_base import SpecialTokens, TransformerReranker, pad_ids

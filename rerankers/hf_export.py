@@ -51,7 +51,7 @@ from pipeline.core import filecheck
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.errors import CheckpointError, CorruptCacheError, PipelineError
 
-from .checkpoints import project_version
+from infra.checkpoints import project_version
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +221,9 @@ def load_weights(path: Path) -> dict:
 
 
 def clear_encoder_caches() -> None:
-    """Forget the encoders read so far (:mod:`rerankers.encoders` reads each location once per process): a
+    """Forget the encoders read so far (:mod:`infra.encoders` reads each location once per process): a
     directory just written may have been read before under the same name, with other weights."""
-    from . import encoders
+    from infra import encoders
 
     encoders._pretrained_config.cache_clear()
     encoders._load_pretrained.cache_clear()

@@ -8,6 +8,22 @@ model needs more than token ids, ``features(query_tokens, query_length)``.
 This class does the rest, the same way for every model: tokenization (:mod:`pipeline.core.text`), the
 vocabulary and IDF statistics of the collection, embeddings (:mod:`rerankers.embeddings`), padding and
 masks, batching, training (:class:`rerankers.training.loop.Trainer`), scoring and checkpoints.
+
+Classic baselines. The choices shared by the four classic baselines (KNRM, Conv-KNRM, DRMM, MatchPyramid), beyond what
+the papers fix (:data:`PAIRWISE_DEFAULTS` holds their training defaults):
+
+* Embeddings are the framework's (GloVe 6B 50d by default; the papers trained their own word2vec). KNRM, Conv-KNRM
+  and MatchPyramid fine-tune them unless ``--set freeze_embeddings=true``, as KNRM and Conv-KNRM do
+  end to end. DRMM always keeps them fixed: the paper uses fixed pre-trained embeddings, and its
+  histogram is piecewise constant in the similarities, so no gradient could reach them anyway.
+* Every out-of-vocabulary word (beyond ``max_vocabulary``) shares the framework's OOV row, so two
+  different OOV words count as an exact match for all four models.
+* Training defaults: pairwise hinge loss with margin 1 (the KNRM, Conv-KNRM and DRMM papers' loss; see
+  :class:`rerankers.matchpyramid.MatchPyramidReranker` for MatchPyramid) and Adam with lr 1e-3 (KNRM and Conv-KNRM use Adam),
+  except DRMM, whose 162 weights get lr 1e-2 (our choice).
+* KNRM/Conv-KNRM multiply every log soft-TF by ``log_scale = 0.01``, as the authors' released code does
+  (the papers have no factor): unscaled, a kernel nothing falls into adds ``log(1e-10) = -23`` per query
+  term, which saturates the ranking ``tanh`` from the first step.
 """
 from __future__ import annotations
 
@@ -19,14 +35,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
 from pipeline.core.errors import CheckpointError, PipelineError
-from pipeline.core.options import apply_overrides
 from pipeline.core.records import Doc, Query
-from pipeline.core.runtime import set_threads
 from pipeline.core.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
 
-from .checkpoints import load_checkpoint, project_version, save_checkpoint
+from infra.checkpoints import load_checkpoint, project_version, save_checkpoint
 from .embeddings import load_embeddings
 from .lru import LRUCache
+from .torch_base import TorchReranker
 from .training.config import TrainConfig
 from .training.loop import Trainer
 
@@ -59,130 +74,6 @@ class TextConfig:
     freeze_embeddings: bool = False
     max_vocabulary: int = 400_000
     oov_init: str = "positive"          # rows of words the embeddings lack: positive | symmetric (embeddings.py)
-
-
-class TorchReranker:
-    """What every torch re-ranker shares (word-level and transformer): ``--set`` options applied to its
-    config dataclasses, and batched, length-sorted scoring without gradients.
-
-    A subclass provides ``option_configs()``, ``pair_length``, ``encode``, ``forward`` and ``module``
-    (and may override ``before_scoring`` to prepare a scoring call's documents and queries in one go).
-    """
-
-    name: ClassVar[str] = "torch"
-    #: True after :meth:`score_in_bf16`: scoring runs its matrix products in bfloat16
-    bf16: bool = False
-
-    def option_configs(self) -> list:
-        """The config dataclasses ``--set``/``--config`` options apply to."""
-        raise NotImplementedError
-
-    @classmethod
-    def default_train_config(cls):
-        """A :class:`~rerankers.training.config.TrainConfig` with this model's ``train_defaults`` applied."""
-        config = TrainConfig()
-        for key, value in getattr(cls, "train_defaults", {}).items():
-            setattr(config, key, value)
-        return config
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], seed: int = 42):
-        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
-        reranker = cls(seed=seed)
-        apply_overrides(reranker.option_configs(), options)
-        return reranker
-
-    def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
-        """Hook run once per scoring call (:meth:`score` or :meth:`score_many`) before batching, with the
-        call's distinct documents and queries, so a subclass can prepare them in one go (default: nothing).
-        It may cache what it prepares but must not rely on finding it again: a bounded cache can forget."""
-
-    def clear_cache(self) -> None:
-        """Forget cached model outputs (after the weights or the arithmetic change; default: nothing cached)."""
-
-    def score_in_bf16(self, enabled: bool = True) -> "TorchReranker":
-        """Score with bfloat16 matrix products (``enabled=False``: float32 again); returns the re-ranker.
-
-        Scoring then runs under ``torch.autocast(dtype=torch.bfloat16)``: matrix products, convolutions and
-        attention read bfloat16 inputs (8 significant bits) and accumulate in float32, while reductions,
-        softmaxes and normalisations stay float32; LSTMs keep a float32 recurrence and take only their input
-        projection in bfloat16 (:class:`~rerankers.blocks.MaskedBiLSTM`). Transformer re-rankers score with a
-        bfloat16 copy of their module instead (:meth:`TransformerReranker._bf16_context`). Score heads
-        always compute in float32, so that rounding never ties documents. On CPUs with AMX or AVX512-BF16
-        (Intel Sapphire Rapids and later, AMD Zen 4) these products run several times faster than float32;
-        on other CPUs bfloat16 is emulated and slower (:func:`pipeline.core.runtime.native_bf16` says
-        which). Scores move by about 1e-2 of their spread (BENCHMARKS.md, "Scoring throughput", measures the
-        ranking cost). Training is not affected: :meth:`fit` always computes in float32. Cached encoder
-        outputs are dropped, since they came from the other arithmetic."""
-        if enabled and getattr(self, "quantized", False):
-            raise PipelineError(f"{self.name}: an int8-quantized model cannot also score in bfloat16")
-        self.bf16 = bool(enabled)
-        if not self.bf16 and self.module is not None:
-            from .blocks import score_heads_in_float32  # here: torch is imported only once a model scores
-
-            score_heads_in_float32(self.module, False)
-        self.clear_cache()
-        return self
-
-    def _arithmetic(self):
-        """The context scoring runs in: :meth:`_bf16_context` after :meth:`score_in_bf16`, else nothing."""
-        import contextlib
-
-        return self._bf16_context() if self.bf16 else contextlib.nullcontext()
-
-    def _bf16_context(self):
-        """How this model scores in bfloat16: autocast around the float32 module, its score heads kept
-        float32 (word-level models, whose LSTMs take only their projections in bfloat16; transformers
-        override it). The heads are set here, at each call, since the module may have been rebuilt."""
-        import torch
-
-        from .blocks import score_heads_in_float32
-
-        score_heads_in_float32(self.module)
-        return torch.autocast(device_type=next(self.module.parameters()).device.type, dtype=torch.bfloat16)
-
-    def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:
-        """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`."""
-        return self.score_many([(query, docs)], batch_size)[0]
-
-    def score_many(self, items: Sequence[tuple[Query, Sequence[Doc]]],
-                   batch_size: int | None = None) -> list[list[float]]:
-        """Scores of every ``(query, docs)`` item, each list in its docs' order (eval mode, no gradients).
-
-        All (query, doc) pairs of all items are sorted by ``pair_length`` (then document id, so that the
-        pairs of a document shared by several queries sit together, where a model that caches per document
-        reuses its work at once) and scored in batches of ``batch_size`` pairs (default: the model's
-        ``score_batch_size``) filled across queries: a batch pads only to pairs of about its own length, and
-        short candidate lists no longer make small batches. Padding is masked, so a pair's score does not
-        depend on the batch it lands in (up to float rounding).
-        """
-        import torch
-
-        if self.module is None:
-            raise PipelineError(f"{self.name} has no trained model: fit() or load() first")
-        items = [(query, list(docs)) for query, docs in items]
-        scores = [[0.0] * len(docs) for _, docs in items]
-        pairs = [(item, index) for item, (_, docs) in enumerate(items) for index in range(len(docs))]
-        if not pairs:
-            return scores
-        if not self._threads_set:
-            set_threads()
-            self._threads_set = True
-        self.module.eval()
-        size = max(1, batch_size or self.train_config.score_batch_size)
-        with torch.inference_mode(), self._arithmetic():
-            # inside the arithmetic's context: a model that encodes its documents here caches them in it
-            self.before_scoring(list(dict.fromkeys(doc for _, docs in items for doc in docs)),
-                                list(dict.fromkeys(query for query, _ in items)))
-            keys = [(self.pair_length(items[i][0], items[i][1][j]), items[i][1][j].doc_id) for i, j in pairs]
-            order = sorted(range(len(pairs)), key=keys.__getitem__)
-            for start in range(0, len(order), size):
-                chunk = [pairs[p] for p in order[start : start + size]]
-                batch = self.encode([(items[i][0], items[i][1][j]) for i, j in chunk])
-                values = self.forward(batch).float().cpu().tolist()
-                for (i, j), value in zip(chunk, values):
-                    scores[i][j] = value
-        return scores
 
 
 class WordReranker(TorchReranker):

@@ -2,7 +2,7 @@
 
 A model file subclasses :class:`TransformerReranker` and writes only what is specific to it: its config
 dataclass (``model_config_class``), ``build_module(encoder)`` returning a torch module around a fresh
-pre-trained encoder (:func:`rerankers.encoders.load_encoder`), ``encode(pairs)`` (a batch of tensors) and,
+pre-trained encoder (:func:`infra.encoders.load_encoder`), ``encode(pairs)`` (a batch of tensors) and,
 if scoring is more than ``module(**tensors)``, ``forward(batch)``.
 
 This class does the rest, the same way for both models, and offers what :class:`rerankers.training.loop.Trainer`
@@ -31,11 +31,8 @@ Training defaults suit fine-tuning a pre-trained encoder (a small learning rate,
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import platform
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
@@ -44,12 +41,14 @@ from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.options import apply_overrides
 from pipeline.core.records import Doc, Query
 
-from .checkpoints import load_checkpoint, project_version, save_checkpoint
-from .encoders import DEFAULT_ENCODER, load_encoder
+from infra.checkpoints import load_checkpoint, project_version, save_checkpoint
+from infra.encoders import DEFAULT_ENCODER, load_encoder
 from .lru import LRUCache
-from .neural import TorchReranker
+from .precision import TransformerPrecision
+from .torch_base import TorchReranker
 from .training.config import TrainConfig
 from .training.loop import Trainer
+from .wordpieces import SpecialTokens, pad_ids, tokenizer_fingerprint, unique_rows  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -83,88 +82,6 @@ class EncoderConfig:
             raise PipelineError("doc_cache_size must be >= 0 (0 disables the cache)")
 
 
-def _find(sequence: list[int], part: list[int], start: int = 0) -> int:
-    for index in range(start, len(sequence) - len(part) + 1):
-        if sequence[index : index + len(part)] == part:
-            return index
-    raise PipelineError(f"tokenizer: cannot locate {part} in its own output {sequence}")
-
-
-class SpecialTokens:
-    """Where a tokenizer puts its special tokens around one text and around a pair of texts.
-
-    Probed once from the tokenizer's own output for the texts ``"a"`` and ``"b"`` (transformers 5 no longer
-    offers ``build_inputs_with_special_tokens``), so ids cached without special tokens can be wrapped
-    without tokenizing again.
-    """
-
-    def __init__(self, tokenizer):
-        a = tokenizer("a", add_special_tokens=False)["input_ids"]
-        b = tokenizer("b", add_special_tokens=False)["input_ids"]
-        single = tokenizer("a")["input_ids"]
-        at = _find(single, a)
-        self.single_prefix, self.single_suffix = single[:at], single[at + len(a):]
-        pair = tokenizer("a", "b")
-        ids = pair["input_ids"]
-        types = pair.get("token_type_ids") or [0] * len(ids)
-        at_a = _find(ids, a)
-        at_b = _find(ids, b, at_a + len(a))
-        self.pair_prefix, self.pair_middle, self.pair_suffix = ids[:at_a], ids[at_a + len(a):at_b], ids[at_b + len(b):]
-        self.pair_types = (types[:at_a], types[at_a], types[at_a + len(a):at_b], types[at_b], types[at_b + len(b):])
-
-    @property
-    def prefix_length(self) -> int:
-        """Special tokens before a single text (1 for ``[CLS]``)."""
-        return len(self.single_prefix)
-
-    def single(self, ids: list[int]) -> list[int]:
-        return [*self.single_prefix, *ids, *self.single_suffix]
-
-    def pair(self, first: list[int], second: list[int]) -> tuple[list[int], list[int]]:
-        """Ids and token-type ids of ``first`` and ``second`` as one input."""
-        prefix_t, first_t, middle_t, second_t, suffix_t = self.pair_types
-        ids = [*self.pair_prefix, *first, *self.pair_middle, *second, *self.pair_suffix]
-        types = [*prefix_t, *([first_t] * len(first)), *middle_t, *([second_t] * len(second)), *suffix_t]
-        return ids, types
-
-    def extra(self, pair: bool) -> int:
-        """Special tokens added to one text (``pair=False``) or to a pair."""
-        if pair:
-            return len(self.pair_prefix) + len(self.pair_middle) + len(self.pair_suffix)
-        return len(self.single_prefix) + len(self.single_suffix)
-
-
-def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int):
-    """Right-pad id lists into ``(ids [N, L] long, mask [N, L] bool)`` (True = real token)."""
-    import torch
-
-    width = max(1, max(map(len, sequences)))
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-        mask[row, : len(sequence)] = True
-    return ids, mask
-
-
-def unique_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
-    """Distinct keys of a batch (the two-tower models encode each text once): ``(first occurrence of each distinct key, index of each key's distinct row)``."""
-    rows: dict[Hashable, int] = {}
-    firsts, index = [], []
-    for position, key in enumerate(keys):
-        if key not in rows:
-            rows[key] = len(firsts)
-            firsts.append(position)
-        index.append(rows[key])
-    return firsts, index
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """A short digest of the tokenizer's vocabulary (a checkpoint must be read with the same one)."""
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    return hashlib.sha1(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
-
-
 class AuxiliaryLossTrainer(Trainer):
     """The project's :class:`~rerankers.training.loop.Trainer` whose loss also adds the re-ranker's auxiliary
     loss for the batch just scored (``reranker.auxiliary_loss(number_of_units)``; ``None`` adds nothing)."""
@@ -176,8 +93,9 @@ class AuxiliaryLossTrainer(Trainer):
         return loss if extra is None else loss + extra.to(loss.dtype)
 
 
-class TransformerReranker(TorchReranker):
-    """Re-ranker fine-tuning a pre-trained transformer encoder: see the module docstring."""
+class TransformerReranker(TransformerPrecision, TorchReranker):
+    """Re-ranker fine-tuning a pre-trained transformer encoder: see the module docstring. Scoring precision
+    (a bfloat16 copy of the module, or int8): :class:`~rerankers.precision.TransformerPrecision`."""
 
     name: ClassVar[str] = "transformer"
     model_config_class: ClassVar[type] = object
@@ -209,10 +127,6 @@ class TransformerReranker(TorchReranker):
         self._query_tokens = LRUCache(8192)
         self._doc_tokens = LRUCache(131072)
         self._threads_set = False
-        #: True once :meth:`quantize_int8` replaced the module by its int8 form (scoring only)
-        self.quantized = False
-        #: ``(weights key, module)``: the bfloat16 copy :meth:`_bf16_context` scores with
-        self._bf16_copy = None
 
     # -- construction ------------------------------------------------------------------------------
     def option_configs(self) -> list:
@@ -225,7 +139,7 @@ class TransformerReranker(TorchReranker):
 
     def load_pretrained(self):
         """``(tokenizer, model)`` that :meth:`build_module` receives: by default the encoder's ``AutoModel``
-        (:func:`~rerankers.encoders.load_encoder`); a subclass may load the same checkpoint with a head."""
+        (:func:`~infra.encoders.load_encoder`); a subclass may load the same checkpoint with a head."""
         return load_encoder(self.encoder_config.encoder)
 
     def prepare(self, train=None, dataset=None) -> None:
@@ -330,82 +244,11 @@ class TransformerReranker(TorchReranker):
     def clear_cache(self) -> None:
         """Forget cached encoder outputs (after the weights change). Token caches stay valid."""
 
-    def _bf16_context(self):
-        """Score with a bfloat16 copy of the module (encoder, heads around it; score heads float32), under
-        autocast for any float32 tensor met on the way. Unlike autocast around float32 weights, activations
-        stay bfloat16 from layer to layer, which saves the casts around every product (BENCHMARKS.md,
-        "Scoring throughput": 1.4-1.6x faster again than autocast alone, with about twice its score drift).
-        The float32 module stays what :meth:`fit` trains and :meth:`save` writes; the copy is remade when
-        the module or any of its weights changed (parameter versions)."""
-        import contextlib
-        import copy
-
-        import torch
-
-        from .blocks import score_heads, score_heads_in_float32
-
-        key = (id(self.module), tuple(p._version for p in self.module.parameters()))
-        if self._bf16_copy is None or self._bf16_copy[0] != key:
-            module = copy.deepcopy(self.module)
-            heads = {layer: {k: v.clone() for k, v in layer.state_dict().items()} for layer in score_heads(module)}
-            module.to(torch.bfloat16)
-            for layer, weights in heads.items():                # score heads keep their float32 weights
-                layer.float().load_state_dict(weights)
-            score_heads_in_float32(module)
-            self._bf16_copy = (key, module.eval())
-
-        @contextlib.contextmanager
-        def swapped():
-            float32, self.module = self.module, self._bf16_copy[1]
-            try:
-                with torch.autocast(device_type=next(float32.parameters()).device.type, dtype=torch.bfloat16):
-                    yield
-            finally:
-                self.module = float32
-        return swapped()
-
     # -- protocol ----------------------------------------------------------------------------------
     def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
         """Tokenize the scoring call's uncached documents in one tokenizer call, and its queries in another."""
         self.doc_ids(docs)
         self.query_ids(queries)
-
-    def quantize_int8(self) -> "TransformerReranker":
-        """Quantize the module for CPU scoring: every ``nn.Linear`` (the encoder's attention and
-        feed-forward layers, the heads) becomes a dynamically quantized int8 layer
-        (``torch.ao.quantization.quantize_dynamic``: int8 weights, each layer's input quantized at run time
-        with one scale per batch). Embeddings, layer norms and attention products stay float.
-
-        Scores change a little (BENCHMARKS.md, "Scoring speed", measures what it costs), and since the
-        input scale is the batch's, a pair's int8 score also depends a little on the batch it is scored in
-        (float scores do not). The model can then only score: :meth:`fit` and :meth:`save` refuse.
-        Quantized kernels exist for the CPU only: a module trained on a GPU moves to the CPU first (int8
-        is a CPU scoring path; score on the GPU in float instead). Idempotent; returns the re-ranker."""
-        import torch
-        from torch.ao.quantization import quantize_dynamic
-
-        self._require_prepared()
-        if self.quantized:
-            return self
-        if self.bf16:
-            raise PipelineError(f"{self.name}: a model scoring in bfloat16 cannot also be quantized to int8")
-        self.module.to("cpu")
-        self.device = torch.device("cpu")
-        self.module.eval()
-        with warnings.catch_warnings():
-            # torch 2.13 (the pinned version) warns that eager quantization is to move to torchao, a package
-            # this project does not install; the API works in the pinned version, so the warnings are noise
-            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=UserWarning)
-            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=DeprecationWarning)
-            self.module = quantize_dynamic(self.module, {torch.nn.Linear}, dtype=torch.qint8)
-        self.quantized = True
-        self.clear_cache()  # cached encoder outputs came from the float weights
-        return self
-
-    def _require_float(self, action: str) -> None:
-        if self.quantized:
-            raise PipelineError(f"{self.name}: cannot {action} an int8-quantized model (it is for scoring "
-                                f"only); use the float model")
 
     def fit(self, train, dev=None, state_path=None):
         """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first.

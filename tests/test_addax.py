@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
-from rerankers.checkpoints import save_checkpoint
+from infra.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers.training.config import TrainConfig
 from rerankers import reranker_class
@@ -43,7 +43,7 @@ def make_tiny_encoder(folder) -> str:
     """A random 2-layer, 32-wide BERT with the MiniLM tokenizer, saved to ``folder``."""
     from transformers import BertConfig, BertModel
 
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     tokenizer, _ = load_encoder()
     torch.manual_seed(0)

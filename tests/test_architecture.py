@@ -4,10 +4,11 @@ Layers, bottom to top:
 
 1. ``pipeline.core``: records, errors, atomic writes, TREC and text I/O, datasets, evaluation, options and
    runtime settings. Imports nothing else of the project.
-2. ``rerankers`` (models, their shared blocks and the training loop they fit with), then ``indexes`` (first
-   stages; the code index's token encoder reuses the re-rankers' encoder and blocks). Both import only
-   ``pipeline.core`` and the layers below them.
-3. The experiment layer: every other ``pipeline`` module (protocols, model cache, fusion, run, CLIs).
+2. ``infra``: neural infrastructure both of the next layer use (pre-trained encoders, checkpoints,
+   data-parallel work, MaxSim). Imports only ``pipeline.core``.
+3. ``rerankers`` (models, their shared blocks and the training loop they fit with) and ``indexes`` (first
+   stages), side by side: each imports only ``pipeline.core`` and ``infra``, never the other.
+4. The experiment layer: every other ``pipeline`` module (protocols, model cache, fusion, run, CLIs).
 
 Every import counts, also one written inside a function (lazy imports keep heavy libraries out of start-up,
 but never break a circle).
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipeline", "indexes", "rerankers")
+PACKAGES = ("pipeline", "infra", "indexes", "rerankers")
 
 
 def module_name(path: Path) -> str:
@@ -71,17 +72,28 @@ def graph() -> dict[str, set[str]]:
 def layer(module: str) -> int:
     if module == "pipeline" or module.startswith("pipeline.core"):
         return 0
-    if module.startswith("rerankers"):
+    if module.startswith("infra"):
         return 1
-    if module.startswith("indexes"):
+    if module.startswith(("rerankers", "indexes")):
         return 2
     return 3
+
+
+def package(module: str) -> str:
+    return module.partition(".")[0]
 
 
 def test_each_layer_imports_only_the_layers_below_it(graph):
     upward = sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
                     if layer(target) > layer(source))
     assert upward == []
+
+
+def test_first_stages_and_re_rankers_do_not_import_each_other(graph):
+    # what both need (encoders, checkpoints, distributed work, MaxSim) lives in infra, below both
+    sideways = sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                      if layer(source) == layer(target) == 2 and package(source) != package(target))
+    assert sideways == []
 
 
 def test_the_runtime_settings_are_a_leaf(graph):

@@ -48,7 +48,7 @@ def one_faiss_thread():
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> str:
     """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     tokenizer, _ = load_encoder()
     folder = tmp_path_factory.mktemp("tiny-bert")
@@ -1022,7 +1022,7 @@ IVF_BUILD = """
 import sys, faiss, torch
 from pipeline.core.datasets import load_local
 from indexes.codes import CodeOptions, build_code_index
-from rerankers.training import distributed
+from infra import distributed
 
 distributed.init_from_environment()
 torch.set_num_threads(1)

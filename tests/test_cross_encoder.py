@@ -10,7 +10,7 @@ import torch
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
-from rerankers.checkpoints import save_checkpoint
+from infra.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers import reranker_class
 from rerankers.cross_encoder import CrossEncoderReranker

@@ -31,7 +31,7 @@ WORDS = ("wind tunnel pressure wing boundary layer flow shock heat plate cone je
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> str:
     """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     tokenizer, _ = load_encoder()
     folder = tmp_path_factory.mktemp("tiny-bert")

@@ -1,4 +1,4 @@
-"""Data-parallel training under torchrun (rerankers/training/distributed.py: DistributedDataParallel), with 2
+"""Data-parallel training under torchrun (infra/distributed.py: DistributedDataParallel), with 2
 CPU processes (gloo).
 
 Two twins. With dropout 0, the same global batch gives the same losses and final weights as one process,
@@ -39,7 +39,7 @@ DEV_TOLERANCE = 0.2
 #: one module-scoped torchrun trains both twins (imports dominate a run on a loaded two-core machine)
 TRAIN = """
 import hashlib, sys, torch
-from rerankers.training import distributed
+from infra import distributed
 from tests.test_distributed import train_addax, train_hcan
 
 distributed.init_from_environment()
@@ -196,7 +196,7 @@ def test_the_process_group_waits_hours_by_default_or_the_configured_time(monkeyp
     import torch.distributed as dist
 
     from pipeline.core.errors import PipelineError
-    from rerankers.training import distributed
+    from infra import distributed
 
     calls = []
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
@@ -219,7 +219,7 @@ def test_the_process_group_waits_hours_by_default_or_the_configured_time(monkeyp
 
 WAIT = """
 import sys, time
-from rerankers.training import distributed
+from infra import distributed
 
 distributed.init_from_environment()
 if distributed.rank() == 0:  # a phase rank 0 runs alone (training the code encoder, assembling an index)
@@ -285,7 +285,7 @@ logging.basicConfig(level=logging.INFO)
 from pipeline.core.datasets import load_local
 from pipeline.fitting import train_fold
 from pipeline.protocols import make_protocol
-from rerankers.training import distributed
+from infra import distributed
 from rerankers.training.loop import Trainer
 from tests.test_framework import TINY
 
@@ -338,7 +338,7 @@ import sys, faiss, torch
 from pathlib import Path
 from pipeline.core.datasets import load_local
 from indexes.codes import CodeOptions, build_code_index
-from rerankers.training import distributed
+from infra import distributed
 
 distributed.init_from_environment()
 torch.set_num_threads(1)
@@ -356,7 +356,7 @@ distributed.shutdown()
 def test_a_code_index_encoded_by_two_ranks_is_the_one_process_index(pairs, tmp_path):
     import transformers
 
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     tokenizer, _ = load_encoder()
     encoder = tmp_path / "tiny-bert"

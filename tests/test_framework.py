@@ -29,7 +29,7 @@ from pipeline.model_cache import cached_checkpoint, checkpoint_path
 from rerankers.training.optim import learning_rate_factor
 from rerankers import available, reranker_class
 from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
-from rerankers.checkpoints import save_checkpoint
+from infra.checkpoints import save_checkpoint
 from rerankers.hcan import HCANReranker
 from rerankers.training.loop import Trainer
 

@@ -18,7 +18,7 @@ import torch
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
-from rerankers.checkpoints import save_checkpoint
+from infra.checkpoints import save_checkpoint
 from rerankers.training.data import RankingData
 from rerankers.training.optim import parameter_groups
 from rerankers.cross_encoder import CrossEncoderModel, CrossEncoderReranker, PretrainedHeadModel

@@ -161,7 +161,7 @@ def test_classifier_cross_encoder_exports_one_label_with_the_same_score(labels, 
 def test_roberta_layout_holds_a_linear_head(tmp_path):
     from transformers import RobertaConfig, RobertaModel
 
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     tokenizer, _ = load_encoder()
     torch.manual_seed(0)
@@ -335,7 +335,7 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint")
     word_level = tmp_path / "knrm.pt"
-    from rerankers.checkpoints import save_checkpoint
+    from infra.checkpoints import save_checkpoint
     save_checkpoint(word_level, {"reranker": "knrm", "format": 1})
     cases = {
         "--output DIR": ["--checkpoint", str(garbage)],

@@ -166,7 +166,7 @@ def test_a_kill_during_a_checkpoint_write_waits_until_the_file_is_in_place(tmp_p
     import torch
 
     from pipeline.core.interrupts import exit_cleanly
-    from rerankers.checkpoints import load_checkpoint, save_checkpoint
+    from infra.checkpoints import load_checkpoint, save_checkpoint
 
     real_save = torch.save
     handler_before = signal.getsignal(signal.SIGTERM)

@@ -17,7 +17,7 @@ def home(tmp_path, monkeypatch):
     """An empty home with a Lucene index, a fake code index (its recorded files) and a checkpoint."""
     import torch
 
-    from rerankers.checkpoints import save_checkpoint
+    from infra.checkpoints import save_checkpoint
 
     monkeypatch.setenv("PIPELINE_HOME", str(tmp_path))
     monkeypatch.delenv("PIPELINE_INDEX_DIR", raising=False)

@@ -24,7 +24,7 @@ from pipeline.core.names import safe_name
 from pipeline.core import filecheck
 from pipeline.core.filecheck import check, damaged, describe, file_sha256
 from pipeline.core.locks import exclusive
-from rerankers.training import distributed
+from infra import distributed
 
 from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint, obtain_encoder, save_encoder
@@ -61,7 +61,7 @@ def verify_code_index(path: Path) -> None:
     """Raise :class:`~pipeline.core.errors.CorruptCacheError` unless the index files at ``path`` are the ones
     its build wrote (sizes always; SHA-256 digests when they changed since the last verification; indexes
     built before digests were recorded are checked for presence only). The encoder checkpoint checks itself
-    (:mod:`rerankers.checkpoints`)."""
+    (:mod:`infra.checkpoints`)."""
     meta = index_metadata(path)
     check_format(path, meta)
     recorded = meta.get("files") or {name: None for name in FORMAT_1_FILES}

@@ -1,4 +1,4 @@
-"""The cache of trained token encoders: checkpoints (:mod:`rerankers.checkpoints`) and
+"""The cache of trained token encoders: checkpoints (:mod:`infra.checkpoints`) and
 :func:`obtain_encoder`, which loads one or trains it (``mlp`` head, or ``lsh`` from the float encoder)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.errors import CorruptCacheError
 from pipeline.core.locks import exclusive
 from pipeline.core.names import safe_name
-from rerankers.checkpoints import load_checkpoint, save_checkpoint
+from infra.checkpoints import load_checkpoint, save_checkpoint
 
 from .hashing import (
     agreement_sample, center_sample, centring_summary, draw_seeds, hashed_from_float, hyperplane_agreement,
@@ -36,7 +36,7 @@ def save_encoder(model, options: CodeOptions, path: Path, extra: dict | None = N
 def load_encoder_checkpoint(path: Path, device=None):
     """``(tokenizer, model, options dict)`` from a checkpoint written by :func:`save_encoder` (eval mode)."""
     from pipeline.core.errors import CheckpointError
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     payload = load_checkpoint(path, "code encoder checkpoint")
     if payload.get("format") != CHECKPOINT_FORMAT:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.core.errors import PipelineError
-from rerankers.blocks import maxsim as late_interaction
+from infra.maxsim import maxsim as late_interaction
 
 from .options import CodeOptions
 
@@ -37,7 +37,7 @@ def unpack_codes(packed: np.ndarray, dim: int) -> np.ndarray:
 
 def maxsim(q, q_mask, d, d_mask):
     """MaxSim scores of every query against every document, ``[Nq, Nd]``: ``q`` is ``[Nq, Lq, dim]``, ``d``
-    ``[Nd, Ld, dim]``, masks boolean ``[N, L]`` (:func:`rerankers.blocks.maxsim` with ``all_pairs``)."""
+    ``[Nd, Ld, dim]``, masks boolean ``[N, L]`` (:func:`infra.maxsim.maxsim` with ``all_pairs``)."""
     return late_interaction(q, q_mask, d, d_mask, all_pairs=True)
 
 
@@ -162,7 +162,7 @@ def skip_token_ids(tokenizer) -> list[int]:
 def new_encoder(options: CodeOptions):
     """A fresh ``(tokenizer, TokenCodeEncoder)`` for ``options`` (pretrained transformer, new projection
     initialised from torch's current random state)."""
-    from rerankers.encoders import load_encoder
+    from infra.encoders import load_encoder
 
     tokenizer, transformer = load_encoder(options.encoder)
     return tokenizer, TokenCodeEncoder(transformer, options.dim, options.binary, options.alpha, skip_token_ids(tokenizer))

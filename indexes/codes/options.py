@@ -67,7 +67,7 @@ class CodeOptions:
     (so they are not part of the cache key)."""
 
     kind: str = code_option("codes", "codes (binary) | colbert (float)", cli=False)
-    encoder: str = code_option("all-MiniLM-L6-v2", "rerankers.encoders name or local directory")
+    encoder: str = code_option("all-MiniLM-L6-v2", "infra.encoders name or local directory")
     dim: int = code_option(128, "bits per code / floats per vector")
     train_dataset: str | None = code_option(None, "train the encoder on this dataset's training queries (default: the dataset's own; required when it has none)")
     steps: int = code_option(500, "training steps")

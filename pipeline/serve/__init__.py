@@ -31,7 +31,7 @@ bound (:class:`.server.Limits`), the shutdown included. One job per module:
 """
 from __future__ import annotations
 
-from rerankers.checkpoints import project_version
+from infra.checkpoints import project_version
 
 from .app import MAX_BODY_BYTES, ROUTES, ServiceState, create_app
 from .batcher import ScoringBatcher, ServiceUnavailable

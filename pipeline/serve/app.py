@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rerankers.checkpoints import project_version
+from infra.checkpoints import project_version
 
 from ..core.errors import PipelineError
 from .batcher import ServiceUnavailable

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from rerankers.checkpoints import project_version
+from infra.checkpoints import project_version
 
 from ..core.errors import ConfigError, PipelineError
 from ..core.records import Doc, Query

@@ -9,10 +9,10 @@ over tokens or matrix cells in Python. Conventions shared by all blocks:
 * padding must never change what a real position sees, so every block either ignores masked entries or writes
   exact zeros into them.
 
-Modules: :mod:`.masking` (masks, masked softmax / max / mean / sum), :mod:`.similarity` (interaction matrices,
-MaxSim), :mod:`.pooling` (k-max, kernels, histograms, dynamic pooling), :mod:`.layers` (embeddings, dropout,
-convolution, feed-forward), :mod:`.recurrent` (:class:`MaskedBiLSTM`), :mod:`.precision` (what stays float32
-under bfloat16 autocast).
+Modules: :mod:`.masking` (masks, masked softmax / max / mean / sum), :mod:`.similarity` (interaction
+matrices; MaxSim is :func:`infra.maxsim.maxsim`), :mod:`.pooling` (k-max, kernels, histograms, dynamic
+pooling), :mod:`.layers` (embeddings, dropout, convolution, feed-forward), :mod:`.recurrent`
+(:class:`MaskedBiLSTM`), :mod:`.precision` (what stays float32 under bfloat16 autocast).
 """
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ from .pooling import (
 )
 from .precision import score_heads, score_heads_in_float32
 from .recurrent import MaskedBiLSTM
-from .similarity import BilinearInteraction, bidaf_coattention, bilinear_matrix, cosine_matrix, dot_matrix, maxsim
+from .similarity import BilinearInteraction, bidaf_coattention, bilinear_matrix, cosine_matrix, dot_matrix
 
 __all__ = [
     "lengths_from_mask", "interaction_mask", "masked_fill_padding", "masked_softmax", "masked_max", "masked_mean",
     "masked_sum", "dot_matrix", "cosine_matrix", "bilinear_matrix", "BilinearInteraction", "bidaf_coattention",
     "kmax_pooling", "kernel_mus_sigmas", "gaussian_kernel_pooling", "matching_histogram", "build_embedding",
-    "SpatialDropout1d", "MaskedConv1d", "MaskedBiLSTM", "feed_forward", "masked_dynamic_max_pool2d", "maxsim",
+    "SpatialDropout1d", "MaskedConv1d", "MaskedBiLSTM", "feed_forward", "masked_dynamic_max_pool2d",
     "score_heads", "score_heads_in_float32",
 ]

@@ -1,5 +1,6 @@
-"""Interaction matrices between a query and a document (dot, cosine, bilinear, BiDAF co-attention) and the
-late-interaction MaxSim score; float32 even under autocast."""
+"""Interaction matrices between a query and a document (dot, cosine, bilinear, BiDAF co-attention); float32
+even under autocast. The late-interaction MaxSim score, which the code first stages share, is
+:func:`infra.maxsim.maxsim`."""
 
 from __future__ import annotations
 
@@ -170,26 +171,3 @@ def bidaf_coattention(
     d_summary = torch.bmm(d_weights.unsqueeze(1), d).squeeze(1)
     return q_aware_d, d_summary
 
-
-def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, doc_mask: torch.Tensor,
-           all_pairs: bool = False) -> torch.Tensor:
-    """Late-interaction (ColBERT/ADDAX) score: the sum over real query positions of the largest dot
-    product with a real document position, ``sum_i max_j q_i . d_j``.
-
-    Paired (default): ``queries`` ``[B, l, h]`` against ``docs`` ``[B, t, h]`` gives ``[B]``. With
-    ``all_pairs``: ``[Nq, l, h]`` against ``[Nd, t, h]`` gives ``[Nq, Nd]``. Masks are bool, True on real
-    positions; a document without real positions scores 0. Normalise the vectors first for cosines.
-    """
-    queries, docs = queries.float(), docs.float()   # float32 also under autocast: the sum is the score
-    if all_pairs:
-        with torch.autocast(queries.device.type, enabled=False):
-            sims = torch.einsum("aih,bjh->abij", queries, docs)
-        sims = sims.masked_fill(~doc_mask[None, :, None, :], float("-inf"))
-        weights = query_mask[:, None, :]
-    else:
-        sims = _float32_bmm(queries, docs.transpose(1, 2))
-        sims = sims.masked_fill(~doc_mask[:, None, :], float("-inf"))
-        weights = query_mask
-    best = sims.max(dim=-1).values
-    best = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-    return (best * weights.to(best.dtype)).sum(dim=-1)

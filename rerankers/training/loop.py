@@ -6,7 +6,7 @@ first-stage candidates; length-bucketed batches; gradient clipping; early stoppi
 with ir-measures; seeds; AMP and device selection for GPUs; tqdm bars and one log line per epoch; a
 per-epoch training state so that an interrupted training resumes; gradient accumulation
 (``accumulation_steps``). Under ``torchrun`` the module trains wrapped in ``DistributedDataParallel``, each
-rank a share of every batch (:mod:`rerankers.training.distributed`, docs/distributed.md).
+rank a share of every batch (:mod:`infra.distributed`, docs/distributed.md).
 
 A trainable re-ranker offers, besides the :class:`rerankers.Reranker` protocol: ``module`` (a torch
 module), ``prepare(train, dataset)`` (vocabulary, embeddings, module), ``encode(pairs)`` (a batch of
@@ -29,8 +29,8 @@ from pipeline.core.evaluation import evaluate
 from pipeline.core.records import Doc, Query
 from pipeline.core.runtime import resolve_device, seed_everything, set_threads
 
-from ..checkpoints import load_checkpoint, save_checkpoint
-from . import distributed
+from infra.checkpoints import load_checkpoint, save_checkpoint
+from infra import distributed
 from .config import TrainConfig
 from .data import RankingData, rerank_candidates
 from .optim import learning_rate_factor, parameter_groups
