@@ -8,7 +8,7 @@ import argparse
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -74,25 +74,29 @@ class TrainingPlan:
     k: int
     settings: BM25Settings
     retrain: bool = False
+    #: the re-ranker's class, looked up once by the run plan (``None``: looked up from ``reranker`` when needed)
+    cls: type | None = field(default=None, compare=False, repr=False)
 
 
 def training_plan(config: RunConfig, dataset: Dataset, split: str | None = None,
                   folds: Sequence[Fold] | None = None, options: Mapping[str, Any] | None = None,
-                  first_stage: str | None = None, k: int | None = None) -> TrainingPlan:
+                  first_stage: str | None = None, k: int | None = None, cls: type | None = None) -> TrainingPlan:
     """The :class:`TrainingPlan` of ``config`` on ``dataset``: the protocol for test split ``split`` (default:
     ``--split``, else the recipe's) unless ``folds`` are given, the checked model options, the first stage
     and the candidate depth (each settled here unless the caller, such as :func:`pipeline.plan.plan_run`,
-    already settled it). Bad options are a :class:`ConfigError`; nothing is retrieved or trained."""
+    already settled it, with the re-ranker's class ``cls``). Bad options are a :class:`ConfigError`; nothing is
+    retrieved or trained."""
     if not config.reranking:
         raise ConfigError("--reranker: choose a re-ranker to train; 'none' has nothing to train")
     if options is None:
-        options = model_options(config, dataset, reranker_class(config.reranker))
+        cls = cls or reranker_class(config.reranker)
+        options = model_options(config, dataset, cls)
     if folds is None:
         folds = make_protocol(dataset, split or run_split(config, dataset), config.seed, config.folds)
     return TrainingPlan(config.reranker, list(folds), options, config.seed,
                         first_stage or first_stage_name(config, dataset),
                         k if k is not None else candidate_depth(config, dataset), config.first_stage_settings(),
-                        config.retrain)
+                        config.retrain, cls)
 
 
 @dataclass
@@ -120,7 +124,7 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True,
     """Each fold's model, fold by fold: the cached checkpoint (loaded unless ``load_cached`` is false), else
     a model trained now on the plan's candidates (retrieved once, at the first fold that needs them, through
     the run's ``context`` when given) and saved where the cache will find it."""
-    cls = reranker_class(plan.reranker)
+    cls = plan.cls or reranker_class(plan.reranker)
     candidates: Run | None = None
     missing = [fold.name for fold in plan.folds
                if plan.retrain or cached_checkpoint(checkpoint_path(dataset, plan.reranker, plan.options, fold,
@@ -142,7 +146,8 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True,
             candidates = training_candidates(plan, dataset, context)
         log.info("training %s on %s (%d train, %d dev queries) -> %s", plan.reranker, fold.name,
                     len(fold.train), len(fold.dev), path)
-        reranker, report = train_fold(plan.reranker, dataset, fold, candidates, plan.options, plan.seed, path)
+        reranker, report = train_fold(plan.reranker, dataset, fold, candidates, plan.options, plan.seed, path,
+                                      cls=cls)
         yield FoldModel(fold, path, reranker, report=report)
 
 

@@ -103,7 +103,7 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
         if weight == "auto":
             check_tunable(folds, dataset.qrels)
         if not config.model:
-            training = training_plan(config, dataset, split, folds, options, first_stage, k)
+            training = training_plan(config, dataset, split, folds, options, first_stage, k, cls)
     depth = 0 if config.rerank_depth >= k else config.rerank_depth
     pool = searches_a_pool(dataset, first_stage)
     # a dataset with splits run on all its queries says so: it is not the test split's run
