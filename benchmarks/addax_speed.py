@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from pipeline.core.atomic import write_text  # noqa: E402
+from common import publish  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from rerankers.addax import AddaxReranker  # noqa: E402
 from rerankers.cross_encoder import CrossEncoderReranker  # noqa: E402
@@ -105,9 +106,7 @@ def main() -> None:
         f"{drift:.2e}.",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.output:
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":

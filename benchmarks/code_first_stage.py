@@ -23,15 +23,16 @@ import argparse
 import dataclasses
 import hashlib
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
     os.environ["TQDM_DISABLE"] = "1"
 
+from common import add_search_arguments, machine_line, publish, set_all_threads  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
 from pipeline.core.datasets import Dataset, load_dataset  # noqa: E402
 from pipeline.core.evaluation import evaluate  # noqa: E402
@@ -126,20 +127,6 @@ def add_code_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lsh: hash each float vector minus the mean token vector of the indexed collection")
 
 
-def machine_line(threads: int) -> str:
-    """The machine a benchmark ran on, for its header."""
-    return f"{platform.machine()}, {os.cpu_count()} cores, {threads} threads, Python {platform.python_version()}"
-
-
-def publish(text: str, output: str | None) -> None:
-    """Print a benchmark's Markdown and, with ``output``, write it there atomically."""
-    print(text)
-    if output:
-        from pipeline.core.atomic import write_text
-
-        write_text(output, text + "\n")
-
-
 def describe_codes(args) -> str:
     """One sentence on the encoders of :func:`code_options` for a benchmark's header."""
     if args.hash_head == "lsh":
@@ -195,20 +182,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["nfcorpus", "vaswani-npl"])
     add_code_arguments(parser)
-    parser.add_argument("--threads", type=int, default=2, help="torch / faiss / Lucene threads")
+    add_search_arguments(parser, threads=2)
     parser.add_argument("--k", type=int, default=100, help="documents retrieved per query (default 100)")
-    parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
-    parser.add_argument("--max-queries", type=int, help="smoke test: only the first N queries")
     parser.add_argument("--max-docs", type=int, help="smoke test: the judged documents plus the first N others")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--output", help="also write the tables to this Markdown file")
     args = parser.parse_args(argv)
-    from pipeline.core.runtime import set_threads
-
-    set_threads(args.threads)
-    import faiss
-
-    faiss.omp_set_num_threads(args.threads)
+    set_all_threads(args.threads)
     machine = machine_line(args.threads)
     rows = ["| dataset | first stage | nDCG@10 | R@100 | index bytes | mean latency (ms/query) | encoder trained on |",
             "|---|---|---|---|---|---|---|"]

@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
     os.environ["TQDM_DISABLE"] = "1"
 
-from code_first_stage import add_code_arguments, code_options, describe_codes, machine_line, publish  # noqa: E402
+from code_first_stage import add_code_arguments, code_options, describe_codes  # noqa: E402
+from common import add_search_arguments, machine_line, publish, set_all_threads  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.core.evaluation import evaluate, paired_test  # noqa: E402
@@ -151,7 +152,7 @@ def main(argv=None) -> None:
     parser.add_argument("--set", action="append", metavar="NAME=VALUE", help="re-ranker option (repeatable)")
     add_code_arguments(parser)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--threads", type=int, default=1, help="torch / faiss / Lucene threads")
+    add_search_arguments(parser, threads=1)
     parser.add_argument("--k", type=int, default=100, help="candidates per query, training and re-ranking")
     parser.add_argument("--first-stages", nargs="+", default=list(FIRST_STAGES), choices=FIRST_STAGES)
     parser.add_argument("--rerank-depth", type=int, default=0,
@@ -159,19 +160,12 @@ def main(argv=None) -> None:
     parser.add_argument("--interpolate", metavar="W|auto",
                         help="also report the re-ranker interpolated with each first stage: a weight in [0, 1] "
                              "on the first stage, or auto (tuned on the re-ranker's dev queries, BM25, nDCG@10)")
-    parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
-    parser.add_argument("--max-queries", type=int, help="smoke test: re-rank only each dataset's first N queries")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--output", help="also write the table to this Markdown file")
     args = parser.parse_args(argv)
     from pipeline.core.runtime import seed_everything
-    from pipeline.core.runtime import set_threads
 
     seed_everything(args.seed)
-    set_threads(args.threads)
-    import faiss
-
-    faiss.omp_set_num_threads(args.threads)
+    set_all_threads(args.threads)
     command = "python benchmarks/code_first_stage_rerank.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     reranker, trained = train_reranker(args)

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if "--quiet" in sys.argv:  # before anything imports tqdm, which reads TQDM_DISABLE once
     os.environ["TQDM_DISABLE"] = "1"
 
-from code_first_stage import add_code_arguments, code_options, describe_codes, machine_line  # noqa: E402
+from code_first_stage import add_code_arguments, code_options, describe_codes  # noqa: E402
+from common import add_search_arguments, load_average, machine_line, publish, set_all_threads  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.core.evaluation import evaluate  # noqa: E402
 
@@ -269,29 +270,19 @@ def main(argv=None) -> None:
                         help="rescore_depth values searched on the IVF index (default 100)")
     parser.add_argument("--stage-queries", type=int, default=30,
                         help="queries of the per-stage breakdown pass (default 30)")
-    parser.add_argument("--threads", type=int, default=1, help="torch / faiss threads (default 1)")
+    add_search_arguments(parser, threads=1)
     parser.add_argument("--k", type=int, default=100, help="documents retrieved per query (default 100)")
-    parser.add_argument("--k-prime", type=int, default=256, help="neighbours per query token (default 256)")
-    parser.add_argument("--max-queries", type=int, help="only the first N queries of each dataset")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--output", help="write the table to this Markdown file (and the numbers to .json beside it)")
     args = parser.parse_args(argv)
-    from pipeline.core.runtime import set_threads
-
-    set_threads(args.threads)
-    import faiss
-
-    faiss.omp_set_num_threads(args.threads)
+    set_all_threads(args.threads)
     command = "python " + shlex.join(["benchmarks/code_latency.py", *(argv if argv is not None else sys.argv[1:])])
-    args.load_before = Path("/proc/loadavg").read_text().split()[:3]
+    args.load_before = load_average()
     results = [benchmark(name, args) for name in args.datasets]
-    args.load_after = Path("/proc/loadavg").read_text().split()[:3]
-    text = render(results, args, command)
-    print(text)
+    args.load_after = load_average()
+    publish(render(results, args, command), args.output)
     if args.output:
         from pipeline.core.atomic import write_text
 
-        write_text(args.output, text + "\n")
         write_text(Path(args.output).with_suffix(".json"), json.dumps(
             {"command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "load_before": args.load_before, "load_after": args.load_after, "threads": args.threads,

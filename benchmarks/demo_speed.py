@@ -108,14 +108,10 @@ def former_idf_build(docs, phrases, max_n):
     word_df: Counter = Counter()
     phrase_df: Counter = Counter()
     num_docs = 0
-    for tokens in docs:
-        num_docs += 1
+    for num_docs, tokens in enumerate(docs, 1):
         word_df.update(set(tokens))
-        if wanted:
-            present = set()
-            for n in lengths:
-                present.update(g for g in ngrams(tokens, n) if g in wanted)
-            phrase_df.update(present)
+        # every n-gram of every document is built and looked up: the cost the new build avoids
+        phrase_df.update({g for n in lengths for g in ngrams(tokens, n) if g in wanted})
     return IDFStatistics(num_docs, dict(word_df), dict(phrase_df))
 
 

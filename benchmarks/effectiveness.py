@@ -16,6 +16,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -112,38 +113,47 @@ def render(collections: list[Collection]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(sources) + "\n"
 
 
+def zero_shot(file: str) -> Model:
+    """The bi-encoder (MiniLM as packaged, no training) of result file ``file``."""
+    return Model("bi-encoder, zero-shot", file, "bi-encoder")
+
+
+def cross_validated(name: str, metric: str) -> Collection:
+    """A collection of 5-fold cross-validation by query (its folder is ``name`` in lower case): KNRM and the
+    zero-shot bi-encoder re-rank BM25's top 100."""
+    folder = name.lower()
+    return Collection(name, "5-fold CV by query", metric, "BM25 top-100", Model("KNRM", f"{folder}/knrm.json", "knrm"),
+                      zero_shot(f"{folder}/bi-encoder-zero-shot.json"))
+
+
+def trec_dl(year: int) -> Collection:
+    """TREC DL ``year`` (2019-2021), trained on the other two years: DRMM and the zero-shot bi-encoder."""
+    others = "+".join(str(y)[2:] for y in (2019, 2020, 2021) if y != year)
+    return Collection(f"DL{str(year)[2:]}", f"train DL{others}", "nDCG@10", "BM25 top-100",
+                      Model("DRMM", f"dl/{year}-knrm-drmm.json", "drmm"),
+                      zero_shot(f"dl/{year}-bi-encoder-zero-shot.json"))
+
+
+def microblog(year: int, trained_on: str, hcan: Model) -> Collection:
+    """TREC Microblog ``year`` (QL top 1,000): ``hcan`` and the cross-encoder re-ranking 1,000 tweets."""
+    return Collection(f"Microblog {year}", f"train {trained_on}", "AP", "QL top-1000", hcan,
+                      Model("cross-encoder", f"microblog/{year}-transformers-depth1000-3seeds.json", "cross-encoder"))
+
+
 #: the table's lines; each cell comes from the named file
 COLLECTIONS = [
-    Collection("Cranfield", "5-fold CV by query", "AP", "BM25 top-100",
-               Model("KNRM", "cranfield/knrm.json", "knrm"),
-               Model("bi-encoder, zero-shot", "cranfield/bi-encoder-zero-shot.json", "bi-encoder")),
-    Collection("Vaswani", "5-fold CV by query", "AP", "BM25 top-100",
-               Model("KNRM", "vaswani/knrm.json", "knrm"),
-               Model("bi-encoder, zero-shot", "vaswani/bi-encoder-zero-shot.json", "bi-encoder")),
-    Collection("NFCorpus", "5-fold CV by query", "nDCG@10", "BM25 top-100",
-               Model("KNRM", "nfcorpus/knrm.json", "knrm"),
-               Model("bi-encoder, zero-shot", "nfcorpus/bi-encoder-zero-shot.json", "bi-encoder")),
-    Collection("Microblog 2013", "train 2011, 2012, 2014", "AP", "QL top-1000",
-               Model("HCAN (hinge, up to 20 epochs)", "microblog/2013-hcan-hinge-all.json", "hcan-HCAN"),
-               Model("cross-encoder", "microblog/2013-transformers-depth1000-3seeds.json", "cross-encoder")),
-    Collection("Microblog 2014", "train 2011-2013", "AP", "QL top-1000",
-               Model("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"),
-               Model("cross-encoder", "microblog/2014-transformers-depth1000-3seeds.json", "cross-encoder")),
+    cross_validated("Cranfield", "AP"),
+    cross_validated("Vaswani", "AP"),
+    cross_validated("NFCorpus", "nDCG@10"),
+    microblog(2013, "2011, 2012, 2014",
+              Model("HCAN (hinge, up to 20 epochs)", "microblog/2013-hcan-hinge-all.json", "hcan-HCAN")),
+    microblog(2014, "2011-2013", Model("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan")),
     Collection("WikiQA (237 q)", "train / dev / test-filtered", "AP", "page order",
                Model("Bi-Match-SRNN", "wikiqa/match-srnn.json", "bi-match-srnn"),
-               Model("bi-encoder, zero-shot", "wikiqa/bi-encoder-zero-shot.json", "bi-encoder")),
+               zero_shot("wikiqa/bi-encoder-zero-shot.json")),
     Collection("TrecQA raw-test", "train / raw-dev / raw-test", "AP", "file order (correct first)",
-               Model("HCAN", "trecqa/hcan.json", "hcan-HCAN"),
-               Model("bi-encoder, zero-shot", "trecqa/bi-encoder-zero-shot.json", "bi-encoder")),
-    Collection("DL19", "train DL20+21", "nDCG@10", "BM25 top-100",
-               Model("DRMM", "dl/2019-knrm-drmm.json", "drmm"),
-               Model("bi-encoder, zero-shot", "dl/2019-bi-encoder-zero-shot.json", "bi-encoder")),
-    Collection("DL20", "train DL19+21", "nDCG@10", "BM25 top-100",
-               Model("DRMM", "dl/2020-knrm-drmm.json", "drmm"),
-               Model("bi-encoder, zero-shot", "dl/2020-bi-encoder-zero-shot.json", "bi-encoder")),
-    Collection("DL21", "train DL19+20", "nDCG@10", "BM25 top-100",
-               Model("DRMM", "dl/2021-knrm-drmm.json", "drmm"),
-               Model("bi-encoder, zero-shot", "dl/2021-bi-encoder-zero-shot.json", "bi-encoder")),
+               Model("HCAN", "trecqa/hcan.json", "hcan-HCAN"), zero_shot("trecqa/bi-encoder-zero-shot.json")),
+    *(trec_dl(year) for year in (2019, 2020, 2021)),
 ]
 
 
@@ -203,25 +213,41 @@ def replace_block(text: str, name: str, table: str, source: str = "the file") ->
     return head + begin + "\n" + table + rest[rest.index(end):]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def tables_main(argv: list[str] | None, description: str, tables: Callable[[], dict[str, str]]) -> None:
+    """The command line of every script that renders tables of BENCHMARKS.md from result files: print them;
+    ``--output FILE`` also writes them there, ``--update MARKDOWN`` replaces each block ``<!-- NAME:begin -->``
+    ... ``<!-- NAME:end -->`` of that file by its table (both atomically).
+
+    Args:
+        argv: the arguments (``None``: ``sys.argv[1:]``).
+        description: the script's one-line description for ``--help``.
+        tables: renders ``{block name: table}`` (called after the arguments are parsed).
+
+    Example:
+        >>> tables_main(["--update", "BENCHMARKS.md"], "Tables", lambda: {"dl": render_dl()})  # doctest: +SKIP
+    """
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--output", help="write the tables here (atomically)")
     parser.add_argument("--update", metavar="MARKDOWN",
                         help="replace the tables between the markers in this file (e.g. BENCHMARKS.md)")
     args = parser.parse_args(argv)
     from pipeline.core.atomic import atomic_write
 
-    tables = {"effectiveness": render(COLLECTIONS), "dl": render_dl()}
+    rendered = tables()
     if args.output:
         with atomic_write(args.output) as handle:
-            handle.write("\n".join(tables.values()))
+            handle.write("\n".join(rendered.values()))
     if args.update:
         text = Path(args.update).read_text(encoding="utf-8")
-        for name, table in tables.items():
+        for name, table in rendered.items():
             text = replace_block(text, name, table, args.update)
         with atomic_write(args.update) as handle:
             handle.write(text)
-    print("\n".join(tables.values()), end="")
+    print("\n".join(rendered.values()), end="")
+
+
+def main(argv: list[str] | None = None) -> None:
+    tables_main(argv, __doc__.split("\n\n")[0], lambda: {"effectiveness": render(COLLECTIONS), "dl": render_dl()})
 
 
 if __name__ == "__main__":

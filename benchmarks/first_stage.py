@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import publish  # noqa: E402
 from indexes import BM25Settings, make_first_stage  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.core.evaluation import evaluate  # noqa: E402
@@ -100,11 +102,7 @@ def main() -> None:
         "## BM25 speed (2 search threads)", *speed_rows(args.datasets),
     ]
     text = "\n".join(sections)
-    print(text)
-    if args.output:
-        from pipeline.core.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":

@@ -37,10 +37,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TQDM_DISABLE", "1")  # before anything imports tqdm, which reads it at import time
 
 import torch  # noqa: E402
 
+from common import publish  # noqa: E402
 from rerankers.match_srnn import MatchSRNNConfig, MatchSRNNModel  # noqa: E402
 
 
@@ -185,11 +187,7 @@ def main() -> None:
     if "speed" in args.sections:
         sections += ["## Speed (random ids, batch 128, d = c = 10, E = 50)", *speed_rows([16, 32, 64, 128])]
     text = "\n".join(sections)
-    print(text)
-    if args.output:
-        from pipeline.core.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Example::
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from effectiveness import replace_block  # noqa: E402
+from effectiveness import tables_main  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "matrix"
@@ -115,19 +114,13 @@ def markdown_values(file: str, row: str, metric: str) -> list[float]:
 
 #: the collections, in the order of the matrix's columns
 COLUMNS = [
-    Column("mb2011", "Microblog 2011", "AP", "QL top-1000"),
-    Column("mb2012", "Microblog 2012", "AP", "QL top-1000"),
-    Column("mb2013", "Microblog 2013", "AP", "QL top-1000"),
-    Column("mb2014", "Microblog 2014", "AP", "QL top-1000"),
-    Column("dl19", "DL19", "nDCG@10", "BM25 top-100"),
-    Column("dl20", "DL20", "nDCG@10", "BM25 top-100"),
-    Column("dl21", "DL21", "nDCG@10", "BM25 top-100"),
-    Column("nfcorpus", "NFCorpus", "nDCG@10", "BM25 top-100"),
-    Column("nfc-titles", "NFCorpus titles", "P@1", "BM25 top-100"),
+    *(Column(f"mb{year}", f"Microblog {year}", "AP", "QL top-1000") for year in (2011, 2012, 2013, 2014)),
+    *(Column(f"dl{year}", f"DL{year}", "nDCG@10", "BM25 top-100") for year in (19, 20, 21)),
+    *(Column(key, label, metric, "BM25 top-100")
+      for key, label, metric in (("nfcorpus", "NFCorpus", "nDCG@10"), ("nfc-titles", "NFCorpus titles", "P@1"))),
     Column("wikiqa", "WikiQA", "AP", "page order, 237 q"),
     Column("trecqa", "TrecQA raw-test", "AP", "file order, correct first"),
-    Column("vaswani", "Vaswani", "AP", "BM25 top-100"),
-    Column("cranfield", "Cranfield", "AP", "BM25 top-100"),
+    *(Column(key, key.capitalize(), "AP", "BM25 top-100") for key in ("vaswani", "cranfield")),
 ]
 
 ALONE, TUNED, SAFE = "", " + first stage, tuned weight", " + first stage, safe rule"
@@ -286,18 +279,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--update", metavar="MARKDOWN",
-                        help=f"replace the block between <!-- {NAME}:begin --> and <!-- {NAME}:end --> in this file")
-    args = parser.parse_args(argv)
-    block = render()
-    if args.update:
-        from pipeline.core.atomic import atomic_write
-
-        text = replace_block(Path(args.update).read_text(encoding="utf-8"), NAME, block, args.update)
-        with atomic_write(args.update) as handle:
-            handle.write(text)
-    print(block, end="")
+    tables_main(argv, __doc__.split("\n\n")[0], lambda: {NAME: render()})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import publish  # noqa: E402
 from pipeline.core.errors import DataFormatError, PipelineError  # noqa: E402
 
 SCRIPT = "benchmarks/code_first_stage_rerank.py"
@@ -145,11 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         "stage alone with p < .05 in that seed's paired t-test.",
         "", *summary(tables),
     ])
-    print(text)
-    if args.output:
-        from pipeline.core.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ its tables.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from effectiveness import replace_block, summary  # noqa: E402  (the same "mean ± sd" text and markers as the effectiveness table)
+from effectiveness import replace_block, summary, tables_main  # noqa: E402  (the same "mean ± sd" text and markers as the effectiveness table)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -359,22 +358,8 @@ def update(text: str, tables: dict[str, str], source: str = "the file") -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the tables; ``--update FILE`` rewrites their marked blocks in FILE, ``--output`` writes them."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", help="write the tables here (atomically)")
-    parser.add_argument("--update", metavar="MARKDOWN",
-                        help="replace the tables between the markers in this file (e.g. BENCHMARKS.md)")
-    args = parser.parse_args(argv)
-    from pipeline.core.atomic import atomic_write
-
-    tables = {paper.key: render(paper) for paper in PAPERS}
-    if args.output:
-        with atomic_write(args.output) as handle:
-            handle.write("\n".join(tables.values()))
-    if args.update:
-        text = update(Path(args.update).read_text(encoding="utf-8"), tables, args.update)
-        with atomic_write(args.update) as handle:
-            handle.write(text)
-    print("\n".join(tables.values()), end="")
+    tables_main(argv, __doc__.split("\n\n")[0],
+                lambda: {f"reproduction:{paper.key}": render(paper) for paper in PAPERS})
 
 
 if __name__ == "__main__":

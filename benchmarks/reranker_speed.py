@@ -18,9 +18,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
+from common import publish  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from rerankers.training.data import RankingData  # noqa: E402
 from rerankers.training.loop import Trainer
@@ -89,11 +91,7 @@ def main() -> None:
     lines += [f"| {r['model']} | {r['parameters']:,} | {r['rerank_1000_s']:.2f} | {r['score_pairs_s']:.0f} | "
               f"{r['train_pairs_s']:.0f} |" for r in rows]
     text = "\n".join(lines)
-    print(text)
-    if args.output:
-        from pipeline.core.atomic import write_text
-
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":

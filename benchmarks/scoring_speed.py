@@ -44,10 +44,11 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from pipeline.core.atomic import write_text  # noqa: E402
+from common import publish  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.core.runtime import keep_freed_memory, native_bf16  # noqa: E402
 from pipeline.stages import rerank, retrieve  # noqa: E402
@@ -335,9 +336,7 @@ def main() -> None:
     hcan = [hcan_rows(threads, args.hcan_queries) for threads in args.hcan_threads]
     int8 = int8_row(args.int8_pairs)
     text = report(wikiqa, hcan, int8, (start_load, os.getloadavg()[0]), kept)
-    print(text)
-    if args.output:
-        write_text(args.output, text + "\n")
+    publish(text, args.output)
 
 
 if __name__ == "__main__":
