@@ -112,6 +112,21 @@ def measured(file: str, row: str | None, *metrics: str) -> tuple[Measured, ...]:
     return tuple(Measured(file, row, metric) for metric in metrics)
 
 
+def copied(origin: str, line: int, how: str, file: str | None, *values: str) -> tuple[Copied, ...]:
+    """One :class:`Copied` per value, all from line ``line`` of ``origin`` (see :class:`Copied`)."""
+    return tuple(Copied(value, origin, line, how, file) for value in values)
+
+
+#: the WikiQA test questions with at least one correct and one wrong answer (the usual filter), and all 243
+#: questions with a correct answer (ADDAX's filter)
+WIKIQA, WIKIQA_243 = "WikiQA test-filtered (237 q)", "WikiQA test (243 q)"
+
+
+def map_mrr(dataset: str, model: str, paper: str, file: str, row: str) -> Row:
+    """A question-answering row: MAP / MRR (``AP`` / ``RR``) of ``file``'s ``row`` against the paper's."""
+    return Row(dataset, model, "MAP / MRR", paper, measured(file, row, "AP", "RR"))
+
+
 def render(paper: Paper) -> str:
     """The Markdown table of one paper and, under it, the command behind each result file it cites."""
     lines = ["| dataset | model | metric | paper | ours (mean ± sd over seeds) | result file |",
@@ -150,8 +165,7 @@ MICROBLOG_MODELS = ("python benchmarks/reproduce.py --dataset microblog --split 
 def _trecqa_answered(model: str, line: int, map_value: str, mrr_value: str) -> Row:
     how = TRECQA_ANSWERED
     return Row("TrecQA raw-test, 89 answered q (trec_eval's convention)", model, "MAP / MRR", PAPER_TRECQA[model],
-               (Copied(map_value, "BENCHMARKS.md@3016533", line, how, "trecqa/hcan.json"),
-                Copied(mrr_value, "BENCHMARKS.md@3016533", line, how, "trecqa/hcan.json")))
+               copied("BENCHMARKS.md@3016533", line, how, "trecqa/hcan.json", map_value, mrr_value))
 
 
 #: HCAN Table 2 (TrecQA raw, TRAIN-ALL), MAP / MRR
@@ -187,7 +201,7 @@ def _microblog_rows(year: str) -> list[Row]:
     for model, (line, map_value, p30_value) in MICROBLOG_BASELINES[year].items():
         file, how = f"microblog/{year}-models.md", f"`{MICROBLOG_MODELS.format(year=year)}`"
         rows.append(Row(data, model.replace("K-NRM", "KNRM"), "MAP / P@30", paper[model],
-                        (Copied(map_value, file, line, how, file), Copied(p30_value, file, line, how, file))))
+                        copied(file, line, how, file, map_value, p30_value)))
     for model, row, label in (("cross-encoder", "cross-encoder", "cross-encoder (MiniLM, 2 x 3,200 pairs)"),
                               ("addax", "addax", "ADDAX (MiniLM, 2 x 3,200 pairs)")):
         bert = f"BERT: {paper['BERT']}" if model == "cross-encoder" else "—"
@@ -239,13 +253,12 @@ FULL_IASM_SOFTMAX = "nfcorpus/titles-full-ranking-iasm-softmax.json"
 def _full(model: str, line: int, p1: str, mrr: str, paper: str) -> Row:
     file = "nfcorpus/titles-full-ranking.md"
     return Row("NFCorpus titles, all 338 test abstracts ranked (seed 1)", model, "P@1 / MRR", paper,
-               (Copied(p1, file, line, f"`{FULL_RANKING}`", file), Copied(mrr, file, line, f"`{FULL_RANKING}`", file)))
+               copied(file, line, f"`{FULL_RANKING}`", file, p1, mrr))
 
 
 IASM = Paper("iasm", (
     Row("NFCorpus titles, BM25 top 100 (338 q)", "BM25 (first stage)", "P@1 / MRR", "—",
-        (Copied("0.8225", "BENCHMARKS.md@3016533", 586, f"`{TITLES_BM25}`", None),
-         Copied("0.8803", "BENCHMARKS.md@3016533", 586, f"`{TITLES_BM25}`", None))),
+        copied("BENCHMARKS.md@3016533", 586, f"`{TITLES_BM25}`", None, "0.8225", "0.8803")),
     Row("NFCorpus titles, BM25 top 100 (338 q)", "IASM (dynamic)", "P@1 / MRR", ".2474 / .3749",
         measured(TITLES, "iasm", "P@1", "RR")),
     Row("NFCorpus titles, BM25 top 100 (338 q)", "IASM (static)", "P@1 / MRR", "—",
@@ -262,12 +275,10 @@ IASM = Paper("iasm", (
     _full("IASM (dynamic, 5 layers: the default, the paper's YodaQA depth)", 7, "0.1391", "0.2264", ".2474 / .3749"),
     Row("WikiQA test-filtered, 2,341 test pairs", "IASM (dynamic, 5 layers)",
         "share of pairs whose matching-matrix variance drops (all / relevant)", "drops (Table VII's direction)",
-        (Copied("1.000 (every seed)", "BENCHMARKS.md@3016533", 499, f"`{SMOOTHING}`", None),
-         Copied("1.000", "BENCHMARKS.md@3016533", 499, f"`{SMOOTHING}`", None))),
+        copied("BENCHMARKS.md@3016533", 499, f"`{SMOOTHING}`", None, "1.000 (every seed)", "1.000")),
     Row("WikiQA test-filtered, 2,341 test pairs", "IASM (static)",
         "share of pairs whose matching-matrix variance drops (all / relevant)", "—",
-        (Copied("0.000", "BENCHMARKS.md@3016533", 500, f"`{SMOOTHING}`", None),
-         Copied("0.000", "BENCHMARKS.md@3016533", 500, f"`{SMOOTHING}`", None))),
+        copied("BENCHMARKS.md@3016533", 500, f"`{SMOOTHING}`", None, "0.000", "0.000")),
 ))
 
 
@@ -277,24 +288,18 @@ LCS = "python benchmarks/match_srnn.py --output benchmarks/results/match-srnn/lc
 
 MATCH_SRNN = Paper("match-srnn", (
     Row("LCS simulation (10,000 / 1,000 pairs)", "Match-SRNN, 10-d states", "test RMSE / exact LCS length", "—",
-        (Copied("0.0159", "match-srnn/lcs-simulation.md", 7, f"`{LCS}`", "match-srnn/lcs-simulation.md"),
-         Copied("100.0%", "match-srnn/lcs-simulation.md", 7, f"`{LCS}`", "match-srnn/lcs-simulation.md"))),
+        copied("match-srnn/lcs-simulation.md", 7, f"`{LCS}`", "match-srnn/lcs-simulation.md", "0.0159", "100.0%")),
     Row("LCS simulation (10,000 / 1,000 pairs)", "Match-SRNN, 1-d states (Fig. 4's setting)",
         "test RMSE / exact LCS length", "—",
-        (Copied("0.1049", "match-srnn/lcs-simulation.md", 6, f"`{LCS}`", "match-srnn/lcs-simulation.md"),
-         Copied("67.7%", "match-srnn/lcs-simulation.md", 6, f"`{LCS}`", "match-srnn/lcs-simulation.md"))),
+        copied("match-srnn/lcs-simulation.md", 6, f"`{LCS}`", "match-srnn/lcs-simulation.md", "0.1049", "67.7%")),
     Row("NFCorpus titles, BM25 top 100 (338 q)", "Match-SRNN", "P@1 / MRR", "— / .879 (Table 1, its QA data)",
         measured(TITLES, "match-srnn", "P@1", "RR")),
     Row("NFCorpus titles, BM25 top 100 (338 q)", "Bi-Match-SRNN", "P@1 / MRR", "— / .882 (Table 1, its QA data)",
         measured(TITLES, "bi-match-srnn", "P@1", "RR")),
-    Row("WikiQA test-filtered (237 q)", "Match-SRNN", "MAP / MRR", "— (MatchZoo-py notebook: .6209 MAP)",
-        measured("wikiqa/match-srnn.json", "match-srnn", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "Match-SRNN, frozen embeddings", "MAP / MRR", "—",
-        measured("wikiqa/match-srnn.json", "match-srnn-frozen", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "Bi-Match-SRNN", "MAP / MRR", "—",
-        measured("wikiqa/match-srnn.json", "bi-match-srnn", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "Bi-Match-SRNN, frozen embeddings", "MAP / MRR", "—",
-        measured("wikiqa/match-srnn.json", "bi-match-srnn-frozen", "AP", "RR")),
+    map_mrr(WIKIQA, "Match-SRNN", "— (MatchZoo-py notebook: .6209 MAP)", "wikiqa/match-srnn.json", "match-srnn"),
+    map_mrr(WIKIQA, "Match-SRNN, frozen embeddings", "—", "wikiqa/match-srnn.json", "match-srnn-frozen"),
+    map_mrr(WIKIQA, "Bi-Match-SRNN", "—", "wikiqa/match-srnn.json", "bi-match-srnn"),
+    map_mrr(WIKIQA, "Bi-Match-SRNN, frozen embeddings", "—", "wikiqa/match-srnn.json", "bi-match-srnn-frozen"),
 ))
 
 
@@ -307,16 +312,14 @@ WIKIQA_MODELS = ("python benchmarks/reproduce.py --dataset wikiqa --split test-f
                  "--set max_examples_per_epoch=6400")
 
 AMVLSTM = Paper("amvlstm", (
-    Row("WikiQA test-filtered (237 q)", "MV-LSTM", "MAP / MRR", ".6046 / —",
-        (Copied("0.6171 ± 0.0141", "wikiqa/models.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"),
-         Copied("0.6327 ± 0.0154", "wikiqa/models.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"))),
-    Row("WikiQA test-filtered (237 q)", "aMV-LSTM (Q)", "MAP / MRR", ".6507 / —",
-        (Copied("0.6021 ± 0.0118", "wikiqa/models.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"),
-         Copied("0.6172 ± 0.0132", "wikiqa/models.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa/models.md"))),
-    Row("WikiQA test-filtered (237 q)", "aMV-LSTM (A)", "MAP / MRR", ".6022 / —",
-        measured("wikiqa/amvlstm-sides.json", "amvlstm-a", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "aMV-LSTM (Q+A)", "MAP / MRR", ".5562 / —",
-        measured("wikiqa/amvlstm-sides.json", "amvlstm-qa", "AP", "RR")),
+    Row(WIKIQA, "MV-LSTM", "MAP / MRR", ".6046 / —",
+        copied("wikiqa/models.md", 11, f"`{WIKIQA_MODELS}`", "wikiqa/models.md",
+               "0.6171 ± 0.0141", "0.6327 ± 0.0154")),
+    Row(WIKIQA, "aMV-LSTM (Q)", "MAP / MRR", ".6507 / —",
+        copied("wikiqa/models.md", 12, f"`{WIKIQA_MODELS}`", "wikiqa/models.md",
+               "0.6021 ± 0.0118", "0.6172 ± 0.0132")),
+    map_mrr(WIKIQA, "aMV-LSTM (A)", ".6022 / —", "wikiqa/amvlstm-sides.json", "amvlstm-a"),
+    map_mrr(WIKIQA, "aMV-LSTM (Q+A)", ".5562 / —", "wikiqa/amvlstm-sides.json", "amvlstm-qa"),
 ))
 
 
@@ -324,26 +327,20 @@ AMVLSTM = Paper("amvlstm", (
 # --- the paper's BERT-base.
 
 ADDAX = Paper("addax", (
-    Row("WikiQA test (243 q, the paper's filter)", "ADDAX, paper's recipe (18 epochs, patience 3)", "MAP / MRR",
-        ".8250 / .8338", measured("wikiqa/test243-paper18-addax-3seeds.json", "addax", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "ADDAX, paper's recipe", "MAP / MRR", "— (243 q only)",
-        measured("wikiqa/paper18-addax-3seeds.json", "addax", "AP", "RR")),
-    Row("WikiQA test (243 q)", "Att-MAGS, paper's recipe", "MAP / MRR", ".7979 / —",
-        measured("wikiqa/test243-paper18-attmags-3seeds.json", "addax-att-mags", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "Att-MAGS, paper's recipe", "MAP / MRR", ".7979 / —",
-        measured("wikiqa/paper18-attmags-3seeds.json", "addax-att-mags", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "w/o HD, paper's recipe", "MAP / MRR", ".8015 / —",
-        measured("wikiqa/paper18-nohd-seed1.json", "addax-no-hd", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "ADDAX, short budget (2 x 3,200 pairs): the next two rows' control",
-        "MAP / MRR", ".8250 / .8338", measured("wikiqa/transformers-3seeds.json", "addax", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "w/o MAGS, short budget", "MAP / MRR", ".7720 / —",
-        measured("wikiqa/addax-ablations-3seeds.json", "addax-no-mags", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "w/o HW, short budget", "MAP / MRR", ".7901 / —",
-        measured("wikiqa/addax-ablations-3seeds.json", "addax-no-hw", "AP", "RR")),
-    Row("WikiQA test (243 q)", "cross-encoder (MiniLM), 6 x 5,095 examples", "MAP / MRR", "—",
-        measured("wikiqa/test243-long-ce-3seeds.json", "cross-encoder", "AP", "RR")),
-    Row("WikiQA test-filtered (237 q)", "cross-encoder (MiniLM), 6 x 5,095 examples", "MAP / MRR", "—",
-        measured("wikiqa/long-ce-3seeds.json", "cross-encoder", "AP", "RR")),
+    map_mrr("WikiQA test (243 q, the paper's filter)", "ADDAX, paper's recipe (18 epochs, patience 3)", ".8250 / .8338",
+            "wikiqa/test243-paper18-addax-3seeds.json", "addax"),
+    map_mrr(WIKIQA, "ADDAX, paper's recipe", "— (243 q only)", "wikiqa/paper18-addax-3seeds.json", "addax"),
+    map_mrr(WIKIQA_243, "Att-MAGS, paper's recipe", ".7979 / —",
+            "wikiqa/test243-paper18-attmags-3seeds.json", "addax-att-mags"),
+    map_mrr(WIKIQA, "Att-MAGS, paper's recipe", ".7979 / —", "wikiqa/paper18-attmags-3seeds.json", "addax-att-mags"),
+    map_mrr(WIKIQA, "w/o HD, paper's recipe", ".8015 / —", "wikiqa/paper18-nohd-seed1.json", "addax-no-hd"),
+    map_mrr(WIKIQA, "ADDAX, short budget (2 x 3,200 pairs): the next two rows' control", ".8250 / .8338",
+            "wikiqa/transformers-3seeds.json", "addax"),
+    map_mrr(WIKIQA, "w/o MAGS, short budget", ".7720 / —", "wikiqa/addax-ablations-3seeds.json", "addax-no-mags"),
+    map_mrr(WIKIQA, "w/o HW, short budget", ".7901 / —", "wikiqa/addax-ablations-3seeds.json", "addax-no-hw"),
+    map_mrr(WIKIQA_243, "cross-encoder (MiniLM), 6 x 5,095 examples", "—",
+            "wikiqa/test243-long-ce-3seeds.json", "cross-encoder"),
+    map_mrr(WIKIQA, "cross-encoder (MiniLM), 6 x 5,095 examples", "—", "wikiqa/long-ce-3seeds.json", "cross-encoder"),
 ))
 
 PAPERS = (HCAN, IASM, MATCH_SRNN, AMVLSTM, ADDAX)
