@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
-from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
 from pipeline.core.records import Doc, Query
 from pipeline.core.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
 
@@ -61,6 +61,19 @@ def require(condition: bool, message: str) -> None:
     """Raise ``ValueError(message)`` unless ``condition`` (a model config's checks)."""
     if not condition:
         raise ValueError(message)
+
+
+def check_choices(config, **choices: Sequence[str]) -> None:
+    """Raise a :class:`~pipeline.core.errors.ConfigError` for the first option of ``config`` named in
+    ``choices`` whose value is not one of its choices (a model config's ``__post_init__`` checks).
+
+    Example:
+        >>> check_choices(HCANConfig(), encoder=("deep", "wide", "contextual"))  # doctest: +SKIP
+    """
+    for name, allowed in choices.items():
+        value = getattr(config, name)
+        if value not in allowed:
+            raise ConfigError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
 
 
 @dataclass

@@ -32,17 +32,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
 from pipeline.core.errors import CheckpointError, PipelineError
-from pipeline.core.options import apply_overrides
 from pipeline.core.records import Doc, Query
 
-from infra.checkpoints import load_checkpoint, project_version, save_checkpoint
+from infra.checkpoints import load_checkpoint, save_checkpoint
 from infra.encoders import DEFAULT_ENCODER, load_encoder
+from .hf_export import library_versions
+from .hf_export.pretrained import PretrainedExport
 from .lru import LRUCache
 from .precision import TransformerPrecision
 from .torch_base import TorchReranker
@@ -93,9 +93,10 @@ class AuxiliaryLossTrainer(Trainer):
         return loss if extra is None else loss + extra.to(loss.dtype)
 
 
-class TransformerReranker(TransformerPrecision, TorchReranker):
+class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker):
     """Re-ranker fine-tuning a pre-trained transformer encoder: see the module docstring. Scoring precision
-    (a bfloat16 copy of the module, or int8): :class:`~rerankers.precision.TransformerPrecision`."""
+    (a bfloat16 copy of the module, or int8): :class:`~rerankers.precision.TransformerPrecision`; Hugging Face
+    directories: :class:`~rerankers.hf_export.pretrained.PretrainedExport`."""
 
     name: ClassVar[str] = "transformer"
     model_config_class: ClassVar[type] = object
@@ -108,10 +109,6 @@ class TransformerReranker(TransformerPrecision, TorchReranker):
         "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0,
         "batch_size": 32, "epochs": 5, "patience": 2, "score_batch_size": 64,
     }
-    #: the description file of this model's Hugging Face export (:meth:`save_pretrained`), and the file of
-    #: its weights outside the encoder (``None``: the model has none)
-    pretrained_config_file: ClassVar[str] = "neural_rerank.json"
-    pretrained_head_file: ClassVar[str | None] = None
 
     def __init__(self, model_config=None, encoder_config: EncoderConfig | None = None, train_config=None,
                  seed: int = 42):
@@ -263,17 +260,11 @@ class TransformerReranker(TransformerPrecision, TorchReranker):
             self.clear_cache()  # the Trainer restores the best epoch's weights: cached outputs are stale
 
     # -- checkpoints -------------------------------------------------------------------------------
-    def save(self, path) -> None:
-        """Write name, class, configs, encoder description, versions and weights to ``path`` atomically."""
-        import torch
-        import transformers
-
-        if self.module is None:
-            raise PipelineError(f"{self.name}: nothing to save (not prepared)")
-        self._require_float("save")
-        payload = {
-            "format": CHECKPOINT_FORMAT,
-            "kind": CHECKPOINT_KIND,
+    def describe(self) -> dict:
+        """Name, class, the three configs, seed and the encoder it was trained on (name, architecture,
+        tokenizer fingerprint): what a checkpoint (:meth:`save`) and an export
+        (:meth:`~rerankers.hf_export.pretrained.PretrainedExport.save_pretrained`) both record."""
+        return {
             "reranker": self.name,
             "class": f"{type(self).__module__}:{type(self).__qualname__}",
             "model_config": dataclasses.asdict(self.model_config),
@@ -281,16 +272,39 @@ class TransformerReranker(TransformerPrecision, TorchReranker):
             "train_config": dataclasses.asdict(self.train_config),
             "seed": self.seed,
             "encoder": dict(self.encoder_description or {}),
+        }
+
+    @classmethod
+    def from_description(cls, where, description: Mapping[str, Any]) -> "TransformerReranker":
+        """A new, unbuilt re-ranker with the configs and seed that :meth:`describe` recorded; configs this
+        version cannot read are a :class:`~pipeline.core.errors.CheckpointError` naming ``where``."""
+        try:
+            model_config = cls.model_config_class(**description["model_config"])
+            encoder_config = EncoderConfig(**description["encoder_config"])
+            train_config = TrainConfig(**description["train_config"])
+        except (TypeError, KeyError, PipelineError, ValueError) as error:
+            raise CheckpointError(f"{where}: config does not match this version of {cls.name} ({error})") from None
+        return cls(model_config, encoder_config, train_config, description.get("seed", 42))
+
+    def save(self, path) -> None:
+        """Write name, class, configs, encoder description, versions and weights to ``path`` atomically."""
+        if self.module is None:
+            raise PipelineError(f"{self.name}: nothing to save (not prepared)")
+        self._require_float("save")
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "kind": CHECKPOINT_KIND,
+            **self.describe(),
             "state_dict": {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
-            "versions": {"project": project_version(), "torch": str(torch.__version__),
-                         "transformers": str(transformers.__version__), "python": platform.python_version()},
+            "versions": library_versions(),
         }
         save_checkpoint(path, payload)
 
     @classmethod
     def load(cls, path) -> "TransformerReranker":
-        """Read a checkpoint written by :meth:`save`, or a directory written by :meth:`save_pretrained`; a
-        wrong model, format, encoder or weights is a :class:`~pipeline.core.errors.CheckpointError` naming ``path``."""
+        """Read a checkpoint written by :meth:`save`, or a directory written by
+        :meth:`~rerankers.hf_export.pretrained.PretrainedExport.save_pretrained`; a wrong model, format,
+        encoder or weights is a :class:`~pipeline.core.errors.CheckpointError` naming ``path``."""
 
         path = Path(path)
         if path.is_dir():
@@ -301,13 +315,8 @@ class TransformerReranker(TransformerPrecision, TorchReranker):
             raise CheckpointError(f"{path}: not a transformer re-ranker checkpoint (format/kind {found!r})")
         if payload.get("reranker") != cls.name:
             raise CheckpointError(f"{path}: holds a {payload.get('reranker')!r} model, not {cls.name!r}")
-        try:
-            model_config = cls.model_config_class(**payload["model_config"])
-            encoder_config = EncoderConfig(**payload["encoder_config"])
-            train_config = TrainConfig(**payload["train_config"])
-        except (TypeError, KeyError, PipelineError, ValueError) as error:
-            raise CheckpointError(f"{path}: config does not match this version of {cls.name} ({error})") from None
-        reranker = cls(model_config, encoder_config, train_config, payload.get("seed", 42))
+        reranker = cls.from_description(path, payload)
+        encoder_config = reranker.encoder_config
         try:
             reranker._build()
         except PipelineError as error:
@@ -326,114 +335,3 @@ class TransformerReranker(TransformerPrecision, TorchReranker):
         reranker.module.eval()
         reranker.clear_cache()
         return reranker
-
-    # -- Hugging Face directories (rerankers/hf_export.py) -------------------------------------------------
-    def export_description(self) -> dict:
-        """What the export's description file records: name, class, configs, seed, the encoder it was
-        trained on (name, architecture, tokenizer fingerprint), the head weights' file and versions."""
-        from .hf_export import library_versions
-
-        return {
-            "reranker": self.name,
-            "class": f"{type(self).__module__}:{type(self).__qualname__}",
-            "model_config": dataclasses.asdict(self.model_config),
-            "encoder_config": dataclasses.asdict(self.encoder_config),
-            "train_config": dataclasses.asdict(self.train_config),
-            "seed": self.seed,
-            "encoder": dict(self.encoder_description or {}),
-            "head_weights": self.pretrained_head_file,
-            "versions": library_versions(),
-        }
-
-    def _export_ready(self) -> None:
-        if self.module is None or self.tokenizer is None:
-            raise PipelineError(f"{self.name}: nothing to export (not prepared, trained or loaded)")
-        self._require_float("export")
-
-    def save_pretrained(self, directory) -> Path:
-        """Write the model as a Hugging Face directory (written atomically; an existing ``directory`` is
-        replaced as a whole): the encoder with ``save_pretrained`` and its tokenizer (both standard), the
-        weights outside the encoder in :attr:`pretrained_head_file` (safetensors) and the description in
-        :attr:`pretrained_config_file`. :meth:`from_pretrained` reads it back with identical scores."""
-        from .hf_export import save_weights, write_description, write_directory
-
-        self._export_ready()
-        head = {key: value for key, value in self.module.state_dict().items() if not key.startswith("encoder.")}
-        if head and self.pretrained_head_file is None:
-            raise PipelineError(f"{self.name}: has weights outside its encoder ({', '.join(sorted(head)[:3])}, "
-                                f"...) but no file to export them to (pretrained_head_file)")
-
-        def write(target: Path) -> None:
-            self.module.encoder.save_pretrained(target)
-            self.tokenizer.save_pretrained(target)
-            if self.pretrained_head_file is not None:
-                save_weights(target / self.pretrained_head_file, head)
-            write_description(target, self.pretrained_config_file, self.export_description())
-
-        return write_directory(directory, write)
-
-    @classmethod
-    def from_pretrained(cls, directory) -> "TransformerReranker":
-        """The re-ranker that :meth:`save_pretrained` wrote to ``directory`` (an ablation's export read
-        through its parent class comes back as that ablation), scoring exactly as it did. A directory that
-        is no such export, or one of another model, is a :class:`~pipeline.core.errors.CheckpointError` naming it."""
-        from .hf_export import export_class, read_description
-
-        directory = Path(directory)
-        description = read_description(directory, cls.pretrained_config_file)
-        return export_class(directory, description, cls)._restore_pretrained(directory, description)
-
-    @classmethod
-    def _restore_pretrained(cls, directory: Path, description: Mapping[str, Any],
-                            options: Mapping[str, Any] | None = None) -> "TransformerReranker":
-        """Rebuild from an export's ``description``: its configs (``--set``-style ``options`` applied over
-        them, ``encoder`` excepted) on the directory's encoder, then the head."""
-        where = directory / cls.pretrained_config_file
-        try:
-            model_config = cls.model_config_class(**description["model_config"])
-            encoder_config = EncoderConfig(**description["encoder_config"])
-            train_config = TrainConfig(**description["train_config"])
-        except (TypeError, KeyError, PipelineError, ValueError) as error:
-            raise CheckpointError(f"{where}: config does not match this version of {cls.name} ({error})") from None
-        reranker = cls(model_config, encoder_config, train_config, description.get("seed", 42))
-        if options:
-            apply_overrides(reranker.option_configs(), options)
-        encoder_config.encoder = str(directory.resolve())  # the exported (fine-tuned) encoder, not the original
-        reranker._before_restore(directory, description)
-        try:
-            reranker._build()
-        except PipelineError as error:
-            raise CheckpointError(f"{directory}: cannot rebuild {cls.name} on its encoder ({error})") from None
-        saved = (description.get("encoder") or {}).get("tokenizer")
-        found = reranker.encoder_description["tokenizer"]
-        if saved and saved != found:
-            raise CheckpointError(f"{directory}: its tokenizer files are not the ones the model was exported with "
-                                  f"(vocabulary fingerprint saved {saved!r}, found {found!r})")
-        reranker._restore_head(directory, description)
-        reranker.module.eval()
-        reranker.clear_cache()
-        return reranker
-
-    def _before_restore(self, directory: Path, description: Mapping[str, Any]) -> None:
-        """Hook run before an export's module is built (the cross-encoder picks its head kind here)."""
-
-    def _restore_head(self, directory: Path, description: Mapping[str, Any]) -> None:
-        """Load the weights outside the encoder from :attr:`pretrained_head_file`; they must be exactly the
-        module's own (names and shapes), else a :class:`~pipeline.core.errors.CheckpointError`."""
-        from .hf_export import load_weights
-
-        expected = {key for key in self.module.state_dict() if not key.startswith("encoder.")}
-        if self.pretrained_head_file is None:
-            if expected:
-                raise CheckpointError(f"{directory}: {self.name} has weights outside its encoder but no head file")
-            return
-        state = load_weights(directory / self.pretrained_head_file)
-        if set(state) != expected:
-            missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
-            raise CheckpointError(f"{directory / self.pretrained_head_file}: weights do not fit {self.name} with "
-                                  f"the saved config (missing {missing[:5]}, unexpected {extra[:5]})")
-        try:
-            self.module.load_state_dict(state, strict=False)
-        except RuntimeError as error:
-            raise CheckpointError(f"{directory / self.pretrained_head_file}: weights do not fit {self.name} with "
-                                  f"the saved config ({error})") from None

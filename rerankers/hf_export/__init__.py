@@ -18,8 +18,9 @@ This module holds what the three share: the JSON description written beside the 
 ``kind``, the re-ranker's name and class, its configs, seed, the description of the encoder it was trained
 on, library versions), reading it back with clear :class:`~pipeline.core.errors.CheckpointError` s, head
 weights in safetensors, the directory written atomically, and the cross-encoder's head conversions (below).
-The re-rankers' ``save_pretrained`` / ``from_pretrained`` methods use it; :func:`load_pretrained` reads any
-export without knowing its model beforehand.
+The transformer re-rankers' ``save_pretrained`` / ``from_pretrained`` are written once over it, in
+:class:`rerankers.hf_export.pretrained.PretrainedExport` (the cross-encoder adds its head conversions);
+:func:`load_pretrained` reads any export without knowing its model beforehand.
 
 Cross-encoder heads. The project's score is the classifier's logit with one label, and
 ``logit[1] - logit[0]`` with two (the log-odds of the relevant class). An exported model always has one
@@ -320,3 +321,6 @@ def relabel(classifier) -> None:
     config.label2id = {"relevance": 0}
     if hasattr(classifier, "num_labels"):
         classifier.num_labels = 1
+
+
+from .pretrained import PretrainedExport  # noqa: E402,F401  (below: it reads the functions above)
