@@ -10,7 +10,7 @@ Command line::
 The seed papers evaluate their models on sentence-pair tasks too (paraphrase identification, answer
 selection as classification), with accuracy and F1. Here the data is the pair format (one folder per split
 of line-aligned ``a.toks b.toks id.txt sim.txt``; a label > 0 is the positive class). The model is the one
-``python -m pipeline.run`` would use (:func:`pipeline.model_cache.obtain_reranker`: trained on the protocol's
+``python -m pipeline.run`` would use (:func:`pipeline.obtain.obtain_model`: trained on the protocol's
 training queries with the dataset's recipe and cached, or ``--model CHECKPOINT``). Its score of every pair of
 the protocol's dev queries chooses the decision threshold (the one maximising F1, ties to accuracy; and,
 reported beside it, the one maximising accuracy); the test split's pairs are then classified with those
@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import shlex
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -46,15 +45,17 @@ from .cli_options import OptionParser, add_config_arguments
 from .config import RunConfig
 from .core.atomic import write_text
 from .core.datasets import Dataset, load_dataset
-from .core.errors import ConfigError, PipelineError
-from .core.interrupts import exit_cleanly
-from .core.logs import configure_logging
-from .core.records import Run, ScoredDoc
-from .core.runtime import keep_freed_memory, seed_everything, set_threads
-from .model_cache import TrainingPlan, trained_reranker, training_plan
+from .core.errors import ConfigError
+from .core.runtime import seed_everything, set_threads
+from .model_cache import TrainingPlan, training_plan
+from .obtain import obtain_model
+# the metrics and the pairs have modules of their own; imported from here too (one import path for scripts)
+from .pair_data import PairSet, check_pair_data, labelled_pairs, score_pairs  # noqa: F401
+from .pair_metrics import (THRESHOLD_METRICS, candidate_thresholds, classification_metrics, confusion,  # noqa: F401
+                           markdown, mean_sd, roc_auc, summarise, tune_threshold)
 from .protocols import Fold, make_protocol
 from .resolve import model_options, run_split
-from .stages import rerank
+from .shell import run_command
 
 log = logging.getLogger("pipeline.classify")
 
@@ -63,181 +64,11 @@ log = logging.getLogger("pipeline.classify")
 #: (a test split is needed); ``seed`` is replaced by a repeatable ``--seed``, ``dataset`` by a required one
 NOT_CLASSIFICATION = ("dataset", "seed", "folds", "first_stage", "k", "rerank_depth", "metrics", "output_dir", "name", "interpolate",
                       "int8", "bf16", "k1", "b", "fb_terms", "fb_docs", "rm3_weight", "stemmer", "keep_stopwords",
-                      "code_overrides")
+                      "code_overrides", "dense_overrides", "hybrid_overrides", "first_stage_overrides")
 
 #: what an interrupted command keeps, printed with the exit status 130 (Ctrl-C) or 143 (kill)
 KEPT_ON_INTERRUPT = ("trained models and finished training epochs are kept in the model cache, no partial result "
                      "file; run the same command to resume")
-
-#: the metrics of each thresholded row, in the table's order
-THRESHOLD_METRICS = ("accuracy", "precision", "recall", "f1", "macro_f1")
-
-
-# ------------------------------------------------------------------------------------------- the metrics
-
-
-def confusion(scores: np.ndarray, labels: np.ndarray, threshold: float) -> tuple[int, int, int, int]:
-    """``(tp, fp, tn, fn)`` when a pair is called positive iff its score is above ``threshold``."""
-    predicted = np.asarray(scores, dtype=np.float64) > threshold
-    truth = np.asarray(labels) > 0
-    tp = int(np.sum(predicted & truth))
-    fp = int(np.sum(predicted & ~truth))
-    fn = int(np.sum(~predicted & truth))
-    tn = int(np.sum(~predicted & ~truth))
-    return tp, fp, tn, fn
-
-
-def _f1(tp: int | np.ndarray, fp: int | np.ndarray, fn: int | np.ndarray):
-    """F1 = 2 tp / (2 tp + fp + fn); 0 when the class is neither predicted nor present (no division by 0)."""
-    denominator = 2 * np.asarray(tp) + fp + fn
-    return np.where(denominator > 0, 2 * np.asarray(tp) / np.maximum(denominator, 1), 0.0)
-
-
-def classification_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, float]:
-    """Accuracy, precision, recall, F1 (positive class: label > 0) and macro-F1 (the mean of the positive
-    and the negative class's F1) of calling a pair positive iff its score is above ``threshold``. Precision
-    is 0 when nothing is called positive (as scikit-learn's ``zero_division=0``)."""
-    tp, fp, tn, fn = confusion(scores, labels, threshold)
-    total = tp + fp + tn + fn
-    if total == 0:
-        raise PipelineError("no pairs to classify")
-    f1 = float(_f1(tp, fp, fn))
-    return {"accuracy": (tp + tn) / total, "precision": tp / (tp + fp) if tp + fp else 0.0,
-            "recall": tp / (tp + fn) if tp + fn else 0.0, "f1": f1,
-            "macro_f1": (f1 + float(_f1(tn, fn, fp))) / 2, "tp": tp, "fp": fp, "tn": tn, "fn": fn}
-
-
-def candidate_thresholds(scores: np.ndarray) -> np.ndarray:
-    """Every distinct way a threshold can split ``scores``: the highest score (nothing above it: all
-    negative), the midpoints between consecutive distinct scores, and one below the lowest (all positive)."""
-    distinct = np.unique(np.asarray(scores, dtype=np.float64))[::-1]
-    if distinct.size == 0:
-        raise PipelineError("no scores to choose a threshold from")
-    midpoints = (distinct[:-1] + distinct[1:]) / 2
-    return np.concatenate([distinct[:1], midpoints, distinct[-1:] - 1.0])
-
-
-def tune_threshold(scores: np.ndarray, labels: np.ndarray, by: str = "f1") -> dict[str, float]:
-    """The threshold maximising ``by`` (``f1``: ties go to the higher accuracy; ``accuracy``: ties go to the
-    higher F1) over :func:`candidate_thresholds` of ``scores`` with their ``labels``; remaining ties go to
-    the highest threshold (the fewest positive calls). Returns ``{"threshold", "f1", "accuracy"}`` measured
-    on these pairs. One sweep over the sorted scores, so dev sets of any size cost a sort."""
-    if by not in ("f1", "accuracy"):
-        raise ValueError(f"by must be 'f1' or 'accuracy', got {by!r}")
-    scores = np.asarray(scores, dtype=np.float64)
-    truth = (np.asarray(labels) > 0).astype(np.int64)
-    if scores.shape != truth.shape:
-        raise PipelineError(f"{scores.size} scores for {truth.size} labels")
-    thresholds = candidate_thresholds(scores)
-    # positives called at each candidate: every pair scoring above it (candidates descend, so counts ascend)
-    order = np.sort(scores)
-    called = scores.size - np.searchsorted(order, thresholds, side="right")
-    ranked_truth = truth[np.argsort(-scores, kind="stable")]
-    tp = np.concatenate([[0], np.cumsum(ranked_truth)])[called]
-    fp = called - tp
-    positives = int(truth.sum())
-    fn = positives - tp
-    tn = (scores.size - positives) - fp
-    f1 = _f1(tp, fp, fn)
-    accuracy = (tp + tn) / scores.size
-    primary, secondary = (f1, accuracy) if by == "f1" else (accuracy, f1)
-    # lexsort sorts by its last key first: the best primary, then secondary, then the highest threshold
-    best = np.lexsort((-thresholds, -secondary, -primary))[0]
-    return {"threshold": float(thresholds[best]), "f1": float(f1[best]), "accuracy": float(accuracy[best])}
-
-
-def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
-    """The area under the ROC curve: the probability that a random positive pair scores above a random
-    negative one, ties counting one half (Mann-Whitney). ``None`` when a class is absent."""
-    scores = np.asarray(scores, dtype=np.float64)
-    truth = np.asarray(labels) > 0
-    positive, negative = scores[truth], np.sort(scores[~truth])
-    if positive.size == 0 or negative.size == 0:
-        return None
-    below = np.searchsorted(negative, positive, side="left")
-    tied = np.searchsorted(negative, positive, side="right") - below
-    return float((below.sum() + 0.5 * tied.sum()) / (positive.size * negative.size))
-
-
-# ---------------------------------------------------------------------------------------------- the data
-
-
-@dataclass(frozen=True)
-class PairSet:
-    """The labelled pairs of some queries: ``pairs[i]`` is ``(query_id, doc_id)`` with label ``labels[i]``
-    (1 when the data's label is > 0, else 0), in the data's order."""
-
-    name: str
-    pairs: tuple[tuple[str, str], ...]
-    labels: np.ndarray
-
-    @property
-    def positives(self) -> int:
-        """How many pairs are positive."""
-        return int(self.labels.sum())
-
-    def describe(self) -> dict[str, Any]:
-        """Its name, size and positives (for the report)."""
-        return {"name": self.name, "pairs": len(self.pairs), "positives": self.positives}
-
-
-def check_pair_data(dataset: Dataset) -> None:
-    """A :class:`ConfigError` unless ``dataset`` comes with its pairs (the candidate lists of pair-format
-    folders): a TREC-format collection has queries and documents but no pairs to classify."""
-    if not dataset.first_stage:
-        raise ConfigError(f"--dataset {dataset.name!r} is not pair data: pair classification needs pair-format "
-                          "folders (a.toks b.toks id.txt sim.txt, one per split) or a built-in pair dataset "
-                          "(wikiqa, trecqa)")
-
-
-def labelled_pairs(dataset: Dataset, query_ids: Sequence[str], name: str, need_both: bool = True) -> PairSet:
-    """Every pair of ``query_ids`` in the pair data (the dataset's shipped candidate lists) with its label.
-
-    A pair without a label, queries without pairs, or (with ``need_both``) a set without a positive or
-    without a negative pair is a :class:`ConfigError` naming the set: thresholds, F1 and AUC need both."""
-    check_pair_data(dataset)
-    qrels = dataset.qrels_dict()
-    pairs: list[tuple[str, str]] = []
-    labels: list[int] = []
-    unlabelled: list[tuple[str, str]] = []
-    if dataset.pairs is not None:  # every line of pair files, a pair listed twice included with its own label
-        by_query: dict[str, list[tuple[str, str, int]]] = {}
-        for line in dataset.pairs:
-            by_query.setdefault(line[0], []).append(line)
-        lines = [line for query_id in query_ids for line in by_query.get(query_id, [])]
-        pairs = [(query_id, doc_id) for query_id, doc_id, _ in lines]
-        labels = [int(label > 0) for _, _, label in lines]
-    for query_id in (query_ids if dataset.pairs is None else ()):
-        for hit in dataset.first_stage.get(query_id, []):
-            label = qrels.get(query_id, {}).get(hit.doc_id)
-            if label is None:
-                unlabelled.append((query_id, hit.doc_id))
-                continue
-            pairs.append((query_id, hit.doc_id))
-            labels.append(int(label > 0))
-    if unlabelled:
-        query_id, doc_id = unlabelled[0]
-        raise ConfigError(f"{name}: {len(unlabelled)} pairs have no label (e.g. query {query_id!r}, doc {doc_id!r}); "
-                          "pair classification needs a label for every pair (sim.txt, or qrels covering every pair)")
-    if not pairs:
-        raise ConfigError(f"{name}: no pairs (its {len(query_ids)} queries have no candidates in the pair data)")
-    result = PairSet(name, tuple(pairs), np.asarray(labels, dtype=np.int64))
-    if need_both and result.positives in (0, len(pairs)):
-        missing = "positive (label > 0)" if result.positives == 0 else "negative (label 0)"
-        raise ConfigError(f"{name}: {len(pairs)} pairs without a single {missing} one; a threshold, F1 and AUC "
-                          "need both classes")
-    return result
-
-
-def score_pairs(reranker, dataset: Dataset, pairs: PairSet, batch_size: int | None = None) -> np.ndarray:
-    """The re-ranker's score of every pair of ``pairs``, in its order (batched across queries as
-    :func:`pipeline.stages.rerank` batches them; non-finite scores are refused there)."""
-    run: Run = {}
-    for query_id, doc_id in pairs.pairs:
-        run.setdefault(query_id, []).append(ScoredDoc(query_id, doc_id, 0.0))
-    scored = rerank(reranker, dataset, run, batch_size=batch_size)
-    by_pair = {(hit.query_id, hit.doc_id): hit.score for hits in scored.values() for hit in hits}
-    return np.asarray([by_pair[pair] for pair in pairs.pairs], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------- the plan
@@ -259,6 +90,8 @@ class ClassificationPlan:
     """Every decision of a classification run, checked before any training (see :func:`plan_classification`)."""
 
     config: RunConfig
+    #: the re-ranker's class, looked up once for every seed
+    reranker_class: type
     seeds: tuple[int, ...]
     test_split: str
     test: PairSet
@@ -275,12 +108,13 @@ def plan_classification(config: RunConfig, seeds: Sequence[int], dataset: Datase
     if not config.reranking:
         raise ConfigError("--reranker: choose the re-ranker to classify pairs with; 'none' has no scores")
     check_pair_data(dataset)
+    from rerankers import reranker_class
+
+    cls = reranker_class(config.reranker)
     if config.model:
         if not Path(config.model).is_file():
             raise ConfigError(f"--model {config.model}: no such checkpoint file")
-        from rerankers import reranker_class
-
-        model_options(config, dataset, reranker_class(config.reranker))  # an unknown --set is a mistake either way
+        model_options(config, dataset, cls)  # an unknown --set is a mistake either way
     split = run_split(config, dataset) or ("test" if "test" in dataset.splits else None)
     if split is None:
         raise ConfigError(f"--split: dataset {dataset.name!r} has no test split; name one "
@@ -308,11 +142,11 @@ def plan_classification(config: RunConfig, seeds: Sequence[int], dataset: Datase
             train_labels = labelled_pairs(dataset, fold.train, "training split", need_both=False).labels
         training = None
         if not config.model:
-            training = training_plan(dataclasses.replace(config, seed=seed), dataset, split, folds)
+            training = training_plan(dataclasses.replace(config, seed=seed), dataset, split, folds, cls=cls)
         per_seed.append(SeedPlan(seed, fold, dev, training))
     assert test is not None and train_labels is not None  # seeds is never empty: the parser's default is [42]
     majority = int(2 * int(train_labels.sum()) > train_labels.size)
-    return ClassificationPlan(config, tuple(seeds), split, test, majority, int(train_labels.size), tuple(per_seed))
+    return ClassificationPlan(config, cls, tuple(seeds), split, test, majority, int(train_labels.size), tuple(per_seed))
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -324,12 +158,8 @@ def classify_seed(plan: ClassificationPlan, seed_plan: SeedPlan, dataset: Datase
     started = time.perf_counter()
     config = plan.config
     seed_everything(seed_plan.seed)
-    if config.model:
-        from rerankers import reranker_class
-
-        reranker = reranker_class(config.reranker).load(config.model)
-    else:
-        reranker = trained_reranker(seed_plan.training, dataset)
+    reranker = obtain_model(config.reranker, config.model, training=seed_plan.training, dataset=dataset,
+                            cls=plan.reranker_class).reranker
     dev_scores = score_pairs(reranker, dataset, seed_plan.dev, config.batch_size)
     test_scores = score_pairs(reranker, dataset, plan.test, config.batch_size)
     result: dict[str, Any] = {"seed": seed_plan.seed, "dev": seed_plan.dev.describe()}
@@ -345,50 +175,6 @@ def classify_seed(plan: ClassificationPlan, seed_plan: SeedPlan, dataset: Datase
              result["f1_threshold"]["test"]["f1"], result["f1_threshold"]["threshold"],
              result["f1_threshold"]["test"]["accuracy"], result["test_auc"])
     return result
-
-
-def mean_sd(values: Sequence[float]) -> dict[str, float]:
-    """Mean and sample standard deviation (0 for one value), as the other benchmark reports give them."""
-    return {"mean": statistics.mean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0}
-
-
-def summarise(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and sd over seeds of every test metric at both thresholds, of the thresholds and of the AUC."""
-    summary: dict[str, Any] = {}
-    for by in ("f1", "accuracy"):
-        row = {name: mean_sd([r[f"{by}_threshold"]["test"][name] for r in per_seed]) for name in THRESHOLD_METRICS}
-        row["threshold"] = mean_sd([r[f"{by}_threshold"]["threshold"] for r in per_seed])
-        summary[f"{by}_threshold"] = row
-    summary["auc"] = mean_sd([r["test_auc"] for r in per_seed])
-    return summary
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The report as a Markdown table: the majority-class baseline, then the re-ranker at the F1-tuned and
-    at the accuracy-tuned threshold (mean ± sd over seeds; thresholds tuned on dev, metrics on test)."""
-    test = report["test"]
-    seeds = report["seeds"]
-    lines = [f"{report['dataset']} {test['name']} ({test['pairs']} pairs, {test['positives']} positive), "
-             f"{report['reranker']}, {len(seeds)} seed{'s' if len(seeds) > 1 else ''} "
-             f"({', '.join(map(str, seeds))}); thresholds tuned on {report['dev']['name']}",
-             "", "| classifier | accuracy | precision | recall | F1 | macro-F1 | AUC |", "|---|---|---|---|---|---|---|"]
-
-    def cell(value: dict[str, float] | None) -> str:
-        if value is None:
-            return "—"
-        return f"{value['mean']:.4f}" + (f" ± {value['sd']:.4f}" if len(seeds) > 1 else "")
-
-    baseline = report["majority"]
-    lines.append(f"| majority class ({'positive' if baseline['class'] else 'negative'}, of the training pairs) | "
-                 f"{baseline['test']['accuracy']:.4f} | {baseline['test']['precision']:.4f} | "
-                 f"{baseline['test']['recall']:.4f} | {baseline['test']['f1']:.4f} | "
-                 f"{baseline['test']['macro_f1']:.4f} | 0.5000 |")
-    summary = report["summary"]
-    for by, label in (("f1", "F1"), ("accuracy", "accuracy")):
-        row = summary[f"{by}_threshold"]
-        lines.append(f"| {report['reranker']}, threshold maximising dev {label} ({cell(row['threshold'])}) | "
-                     + " | ".join(cell(row[name]) for name in THRESHOLD_METRICS) + f" | {cell(summary['auc'])} |")
-    return "\n".join(lines)
 
 
 def classify(config: RunConfig, seeds: Sequence[int] = (42,), command: str = "",
@@ -468,26 +254,19 @@ def build_parser() -> OptionParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: prints the Markdown table; a bad option or input prints one ``error: ...``
     line and exits with status 2, before any training."""
-    configure_logging()
-    keep_freed_memory()
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        with exit_cleanly(KEPT_ON_INTERRUPT):
-            arguments = build_parser().parse_args(argv)
-            config = RunConfig.from_namespace(arguments)
-            command = shlex.join(["python", "-m", "pipeline.classify", *argv])
-            report = classify(config, arguments.seeds or [42], command, arguments.output)
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # the disk filled up or went away: the result file is whole or absent
-        where = f" {error.filename}" if error.filename else ""
-        print(f"error: cannot write{where}: {error.strerror or error}", file=sys.stderr)
-        return 1
-    print(report["markdown"])
-    if arguments.output is not None:
-        print(f"\nwritten: {arguments.output}")
-    return 0
+
+    def work() -> None:
+        arguments = build_parser().parse_args(argv)
+        config = RunConfig.from_namespace(arguments)
+        command = shlex.join(["python", "-m", "pipeline.classify", *argv])
+        report = classify(config, arguments.seeds or [42], command, arguments.output)
+        print(report["markdown"])
+        if arguments.output is not None:
+            print(f"\nwritten: {arguments.output}")
+
+    # the result file is written atomically: whole or absent
+    return run_command(work, KEPT_ON_INTERRUPT)
 
 
 if __name__ == "__main__":

@@ -19,21 +19,22 @@ the new directory is complete). Bad input prints ``error: ...`` and exits with s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from rerankers import reranker_class
-from infra.checkpoints import load_checkpoint
 
 from .config import RunConfig
+from .context import FirstStageContext
 from .core.datasets import load_dataset
-from .core.errors import ConfigError, PipelineError
-from .core.interrupts import exit_cleanly
-from .core.logs import configure_logging
+from .core.errors import ConfigError
 from .core.runtime import seed_everything, set_threads
-from .model_cache import fold_models, training_plan
+from .model_cache import training_plan
+from .obtain import checkpoint_name, obtain_model
 from .run import KEPT_ON_INTERRUPT, build_parser
+from .shell import run_command
 from .train import RUN_ONLY
 
 #: this command's own flags (the others are pipeline.train's)
@@ -132,13 +133,10 @@ def exportable(cls, what: str) -> None:
 
 def export_checkpoint(checkpoint: str | Path, output: Path) -> Path:
     """Export the re-ranker saved in ``checkpoint`` to ``output``; returns the directory."""
-    payload = load_checkpoint(checkpoint)  # a missing or damaged file is a CheckpointError naming it
-    name = payload.get("reranker")
-    if not isinstance(name, str):
-        raise ConfigError(f"--checkpoint {checkpoint}: not a re-ranker checkpoint (it names no re-ranker)")
+    name = checkpoint_name(checkpoint)  # a missing, damaged or nameless file is a CheckpointError naming it
     cls = reranker_class(name)
-    exportable(cls, f"--checkpoint {checkpoint}")
-    return cls.load(checkpoint).save_pretrained(output)
+    exportable(cls, f"--checkpoint {checkpoint}")  # before the weights are read
+    return obtain_model(name, checkpoint, cls=cls).reranker.save_pretrained(output)
 
 
 def export_trained(config: RunConfig, output: Path) -> list[Path]:
@@ -153,8 +151,12 @@ def export_trained(config: RunConfig, output: Path) -> list[Path]:
     plan = training_plan(config, dataset)  # every option is checked before anything is trained
     set_threads(config.threads)
     several = len(plan.folds) > 1
+    # one fold at a time, each exported as soon as it is there; the first stage is built once for all of them
+    context = FirstStageContext(dataset, plan.first_stage, plan.settings)
     written = []
-    for model in fold_models(plan, dataset):
+    for fold in plan.folds:
+        model = obtain_model(plan.reranker, training=dataclasses.replace(plan, folds=[fold]), dataset=dataset,
+                             context=context).folds[0]
         target = output / model.fold.name if several else output
         written.append(model.reranker.save_pretrained(target))
         print(f"{model.fold.name}: {model.cached or model.path} -> {target}", flush=True)
@@ -169,30 +171,25 @@ def given_model_flags(parser: argparse.ArgumentParser, namespace: argparse.Names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point: bad options or input print ``error: ...`` and exit with status 2."""
-    configure_logging()
+    """Command-line entry point (in the command shell, :func:`pipeline.shell.run_command`): bad options or
+    input print ``error: ...`` and exit with status 2."""
     parser = build_export_parser()
-    try:
-        with exit_cleanly(KEPT_ON_INTERRUPT):
-            namespace = parser.parse_args(argv)
-            output = check_output(namespace.output, namespace.force)
-            if namespace.checkpoint:
-                extra = given_model_flags(parser, namespace)
-                if extra:
-                    raise ConfigError(f"--checkpoint takes no model or dataset flags (got {', '.join(extra)}): the "
-                                      f"checkpoint holds its model")
-                written = [export_checkpoint(namespace.checkpoint, output)]
-                print(f"{namespace.checkpoint} -> {written[0]}")
-            else:
-                export_trained(RunConfig.from_namespace(namespace), output)
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # the disk filled up mid-write: the directory is written atomically, none was left
-        where = f" {error.filename}" if error.filename else ""
-        print(f"error: cannot write{where}: {error.strerror or error}; no partial directory was kept", file=sys.stderr)
-        return 1
-    return 0
+
+    def work() -> None:
+        namespace = parser.parse_args(argv)
+        output = check_output(namespace.output, namespace.force)
+        if namespace.checkpoint:
+            extra = given_model_flags(parser, namespace)
+            if extra:
+                raise ConfigError(f"--checkpoint takes no model or dataset flags (got {', '.join(extra)}): the "
+                                  f"checkpoint holds its model")
+            written = export_checkpoint(namespace.checkpoint, output)
+            print(f"{namespace.checkpoint} -> {written}")
+        else:
+            export_trained(RunConfig.from_namespace(namespace), output)
+
+    # the directory is written atomically: a full disk leaves none
+    return run_command(work, KEPT_ON_INTERRUPT, "no partial directory was kept")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,7 @@ from infra import distributed
 
 from .cli_options import OptionParser, add_config_arguments
 from .core.datasets import load_dataset
-from .core.logs import configure_logging
-from .core.errors import ConfigError, PipelineError
-from .core.interrupts import exit_cleanly
-from .core.runtime import keep_freed_memory
+from .shell import run_command
 
 INDEX_KINDS = ("lucene", "codes", "colbert")
 KEPT_ON_INTERRUPT = ("no half-built index was left; finished code-index shards are kept, run the same command "
@@ -35,9 +32,8 @@ KEPT_ON_INTERRUPT = ("no half-built index was left; finished code-index shards a
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point: prints the index directory."""
-    configure_logging()
-    keep_freed_memory()
+    """Command-line entry point (in the command shell, :func:`pipeline.shell.run_command`): prints the index
+    directory; a bad option or input prints one ``error: ...`` line and gives 2, a full disk 1."""
     parser = OptionParser(prog="python -m pipeline.index", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="cranfield")
     parser.add_argument("--kind", default="lucene", choices=INDEX_KINDS,
@@ -50,50 +46,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mirror", help="offline mirror directory for ir_datasets archives")
     # every field of CodeOptions is a flag (--dim, --steps, --hash-head ...), with its default and help
     add_config_arguments(parser, CodeOptions)
-    try:
-        args = parser.parse_args(argv)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    with exit_cleanly(KEPT_ON_INTERRUPT):
-        # under torchrun: each rank encodes its share of the code index's shards, rank 0 assembles and prints
-        try:
-            distributed.init_from_environment()
-        except PipelineError as error:  # e.g. a bad PIPELINE_DIST_TIMEOUT_S
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        try:
-            return build(args)
-        finally:
-            distributed.shutdown()
+    # under torchrun: each rank encodes its share of the code index's shards, rank 0 assembles and prints
+    return run_command(lambda: build(parser.parse_args(argv)), KEPT_ON_INTERRUPT, distributed=True)
 
 
 def build(args: argparse.Namespace) -> int:
-    """Build the index ``args`` describe and print where it is; 2 on an expected fault (one error line)."""
+    """Build the index ``args`` describe and print where it is; returns 0 (a bad option or input is a
+    :class:`~pipeline.core.errors.PipelineError`, a full disk an ``OSError``: whole index or none)."""
     started = time.perf_counter()
-    try:
-        if args.kind != "lucene":  # options are checked before the dataset is read
-            fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(CodeOptions) if hasattr(args, f.name)}
-            options = CodeOptions(**{**fields, "kind": args.kind, "threads": args.threads})
-        dataset = load_dataset(args.dataset, args.mirror)
-        if args.kind == "lucene":
-            from indexes.lucene import LuceneOptions, build_index, index_metadata
+    if args.kind != "lucene":  # options are checked before the dataset is read
+        fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(CodeOptions) if hasattr(args, f.name)}
+        options = CodeOptions(**{**fields, "kind": args.kind, "threads": args.threads})
+    dataset = load_dataset(args.dataset, args.mirror)
+    if args.kind == "lucene":
+        from indexes.lucene import LuceneOptions, build_index, index_metadata
 
-            path = build_index(dataset, LuceneOptions(args.stemmer, args.keep_stopwords), threads=args.threads,
-                               force=args.force)
-            meta = index_metadata(path)
-            print(f"{path} ({meta['documents']} documents, {time.perf_counter() - started:.1f} s)")
-            return 0
-        from indexes.codes import build_code_index, index_metadata as code_metadata
+        path = build_index(dataset, LuceneOptions(args.stemmer, args.keep_stopwords), threads=args.threads,
+                           force=args.force)
+        meta = index_metadata(path)
+        print(f"{path} ({meta['documents']} documents, {time.perf_counter() - started:.1f} s)")
+        return 0
+    from indexes.codes import build_code_index, index_metadata as code_metadata
 
-        path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # a fault of the machine (disk full, unwritable cache): the index is whole or absent
-        where = f" {error.filename}" if error.filename else ""
-        print(f"error: cannot write{where}: {error.strerror or error}", file=sys.stderr)
-        return 1
+    path = build_code_index(dataset, options, force=args.force, mirror=args.mirror)
     if not distributed.is_main():
         return 0
     meta = code_metadata(path)

@@ -131,7 +131,10 @@ def _load_given(name: str | None, model: str | Path | None, cls: type | None) ->
             raise ConfigError(f"re-ranker {name!r} needs model=: {trained}{zero_shot}")
         location = Path(model).expanduser()
         if location.is_file():
-            found = checkpoint_name(location)
+            try:
+                found = checkpoint_name(location)
+            except CheckpointError:  # not this project's format (a plugin's own): its class's load judges it
+                found = name
             if found != name:
                 raise CheckpointError(f"{model}: holds a {found!r} model, not {name!r}")
         return name, cls, cls.load(str(location) if location.exists() else str(model)), str(model)

@@ -25,12 +25,10 @@ from infra import distributed
 
 from .config import RunConfig
 from .core.datasets import load_dataset
-from .core.logs import configure_logging
-from .core.errors import PipelineError
-from .core.interrupts import exit_cleanly
-from .core.runtime import keep_freed_memory, seed_everything, set_threads
+from .core.runtime import seed_everything, set_threads
 from .model_cache import FoldModel, fold_models, training_plan
 from .run import KEPT_ON_INTERRUPT, build_parser, parse_config
+from .shell import run_command
 
 
 #: flags of pipeline.run that change the run but not the trained models: pipeline.train does not take them
@@ -66,22 +64,15 @@ def train(config: RunConfig) -> list[FoldModel]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; takes the flags of ``pipeline.run`` that decide the trained models (not
     those of :data:`RUN_ONLY`: an unknown flag is an error, never silently ignored)."""
-    configure_logging()
-    keep_freed_memory()
     parser = build_parser(prog="python -m pipeline.train", description=__doc__.split("\n\n")[0],
                           exclude=RUN_ONLY)
-    try:
-        with exit_cleanly(KEPT_ON_INTERRUPT):
-            config = parse_config(argv, parser)
-            # under torchrun: data-parallel training, each rank a share of every batch (infra/distributed.py)
-            distributed.init_from_environment()
-            train(config)
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    finally:
-        distributed.shutdown()
-    return 0
+
+    def work() -> None:
+        train(parse_config(argv, parser))
+
+    # under torchrun: data-parallel training, each rank a share of every batch (infra/distributed.py)
+    return run_command(work, KEPT_ON_INTERRUPT, "finished folds and epochs are kept in the model cache",
+                       distributed=True)
 
 
 if __name__ == "__main__":
