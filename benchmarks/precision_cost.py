@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.core.atomic import write_text  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.core.evaluation import evaluate, paired_test  # noqa: E402
-from pipeline.core.trec import read_run  # noqa: E402
+from pipeline.core.formats import read_run  # noqa: E402
 
 HEADER = ["| model, collection | metric | alone, fp32 | alone, {other} | p per seed | combined, fp32 | "
           "combined, {other} | p per seed |", "|---|---|---|---|---|---|---|---|"]

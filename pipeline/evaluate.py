@@ -27,7 +27,7 @@ from .core.datasets import load_dataset, select_queries
 from .core.errors import ConfigError, PipelineError
 from .core.evaluation import DEFAULT_MEASURES, compare, parse_measures, run_labels, run_name, save_report
 from .core.records import Run
-from .core.trec import read_qrels, read_run
+from .core.formats import read_qrels, read_run
 
 #: depth put for ``{k}`` when no run holds a single document (any value gives the same zeros then)
 EMPTY_RUN_DEPTH = 1000

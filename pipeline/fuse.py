@@ -34,7 +34,7 @@ from .cli_options import OptionParser
 from .core.errors import ConfigError, PipelineError
 from .core.logs import configure_logging
 from .core.records import Qrel, Run, ScoredDoc, ranked
-from .core.trec import read_qrels, read_run, write_run
+from .core.formats import read_qrels, read_run, write_run
 from .core.textio import iter_lines
 from .fusion import DEFAULT_GRID, weighted_sum
 

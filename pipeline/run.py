@@ -47,7 +47,7 @@ from .core.errors import ConfigError
 from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluate``, see above)
 from .core.records import Run
 from .core.runtime import seed_everything
-from .core.trec import write_run
+from .core.formats import write_run
 from .obtain import obtain_model
 from .naming import default_run_name, first_stage_label
 from .plan import plan_run

@@ -10,7 +10,7 @@ import pytest
 from pipeline.core.datasets import load_local
 from pipeline.core.errors import DataFormatError
 from pipeline.core.records import Qrel
-from pipeline.core.trec import is_smart_qrels, read_docs, read_qrels, read_topics
+from pipeline.core.formats import is_smart_qrels, read_docs, read_qrels, read_topics
 from tests.conftest import write
 
 # CISI.REL as distributed (Glasgow's test collections): right-aligned ids, a 0, a zero float
@@ -25,7 +25,7 @@ MED_REL = "1 0 13 1\n1 0 14 1\n2 0 80 1\n"
 
 
 def test_smart_relevance_files_are_read_with_the_right_columns(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="pipeline.core.trec")
+    caplog.set_level(logging.INFO, logger="pipeline.core.formats")
     cisi = write(tmp_path / "CISI.REL", CISI_REL)
     assert is_smart_qrels(cisi)
     # read as TREC, this file would judge document '0' (iteration '28') irrelevant: the docs must be 28, 35 ...
@@ -116,7 +116,7 @@ How can actually pertinent data be obtained from technical libraries?
 
 def test_a_trailing_nameless_I_is_skipped_with_a_warning(tmp_path, caplog):
     docs = write(tmp_path / "CISI.ALL", CISI_ALL)
-    with caplog.at_level(logging.WARNING, logger="pipeline.core.trec"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.core.formats"):
         read = list(read_docs(docs))
     assert [d.doc_id for d in read] == ["1", "2"]
     assert read[0].text == "18 Editions of the Dewey Decimal Classifications The present study is a history of the " \

@@ -606,7 +606,7 @@ def test_real_trec_directory_is_detected(data_root):
 
 @pytest.mark.slow
 def test_microblog_queries_have_the_official_topic_text(data_root):
-    from pipeline.core.trec import read_topics
+    from pipeline.core.formats import read_topics
 
     dataset = load_dataset("microblog-2013")
     topics = read_topics(data_root / "trec-microblog-hcan" / "topics-and-qrels" / "topics.microblog2013.txt")

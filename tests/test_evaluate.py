@@ -10,7 +10,7 @@ import pytest
 from pipeline.core import evaluation as ev
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.records import Qrel, ScoredDoc
-from pipeline.core.trec import read_qrels, read_run
+from pipeline.core.formats import read_qrels, read_run
 
 # ------------------------------------------------------------------------------- published numbers
 

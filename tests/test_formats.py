@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_located, write
-from pipeline.core import trec
+from pipeline.core import formats
 from pipeline.core.datasets import load_local, pair_dataset, read_pair_folder
 from pipeline.core.datasets.pair_format import read_wikiqa_tsv
 from pipeline.core.errors import ConfigError, DataFormatError
@@ -46,21 +46,21 @@ TREC_TOPICS = (
 ])
 def test_trec_topics_field_choice(tmp_path, field, first, second):
     path = write(tmp_path / "topics.txt", TREC_TOPICS)
-    assert trec.read_topics(path, field) == {"301": Query("301", first), "302": Query("302", second)}
+    assert formats.read_topics(path, field) == {"301": Query("301", first), "302": Query("302", second)}
 
 
 def test_trec_topic_without_the_chosen_field(tmp_path):
     first_only = write(tmp_path / "first.txt", TREC_TOPICS.split("\n\n<top>")[0])
-    assert trec.read_topics(first_only, "narrative") == {"301": Query("301", "A relevant document names one.")}
+    assert formats.read_topics(first_only, "narrative") == {"301": Query("301", "A relevant document names one.")}
     path = write(tmp_path / "topics.txt", TREC_TOPICS)
-    error = raises_at(path, 12, trec.read_topics, "narrative")  # topic 302 has no <narr>
+    error = raises_at(path, 12, formats.read_topics, "narrative")  # topic 302 has no <narr>
     assert "'302' has no narrative" in str(error) and "<narr>" in str(error)
 
 
 def test_unknown_topic_field_is_a_config_error(tmp_path):
     path = write(tmp_path / "topics.txt", TREC_TOPICS)
     with pytest.raises(ConfigError, match="title, description, narrative, title\\+description"):
-        trec.read_topics(path, "desc")
+        formats.read_topics(path, "desc")
 
 
 def test_anserini_webxml_topics(tmp_path):
@@ -69,37 +69,37 @@ def test_anserini_webxml_topics(tmp_path):
                  '  <description>Find information on horse hooves &amp; their care.</description>\n'
                  '  <subtopic number="1" type="inf">ignored</subtopic>\n</topic>\n'
                  "<topic number='52'>\n  <query>avp</query>\n  <description>AVP tour</description>\n</topic>\n")
-    assert trec.read_topics(path) == {"51": Query("51", "horse hooves"), "52": Query("52", "avp")}
-    assert trec.read_topics(path, "description")["51"].text == "Find information on horse hooves & their care."
+    assert formats.read_topics(path) == {"51": Query("51", "horse hooves"), "52": Query("52", "avp")}
+    assert formats.read_topics(path, "description")["51"].text == "Find information on horse hooves & their care."
     broken = write(tmp_path / "broken.txt", '<topic number="51">\n<query>a</query>\n</topic>\n<topic>\n<query>b</query>\n</topic>\n')
-    assert "number=" in str(raises_at(broken, 4, trec.read_topics))
+    assert "number=" in str(raises_at(broken, 4, formats.read_topics))
 
 
 def test_doc_style_topics(tmp_path):
     path = write(tmp_path / "queries.trec", "<DOC>\n<DOCNO>1</DOCNO>\nmeasurement of dielectric constant\n</DOC>\n"
                                             "<DOC><DOCNO>2</DOCNO><TITLE>waveguides</TITLE><DESC>fed waveguides</DESC></DOC>\n")
-    assert trec.read_topics(path) == {"1": Query("1", "measurement of dielectric constant"), "2": Query("2", "waveguides")}
-    raises_at(path, 1, trec.read_topics, "description")  # topic 1 has no <DESC>
+    assert formats.read_topics(path) == {"1": Query("1", "measurement of dielectric constant"), "2": Query("2", "waveguides")}
+    raises_at(path, 1, formats.read_topics, "description")  # topic 1 has no <DESC>
     broken = write(tmp_path / "broken.trec", "<DOC>\n<DOCNO>1</DOCNO>\na\n</DOC>\n<DOC>\nno number\n</DOC>\n")
-    assert "<DOCNO>" in str(raises_at(broken, 5, trec.read_topics))
+    assert "<DOCNO>" in str(raises_at(broken, 5, formats.read_topics))
     stray = write(tmp_path / "stray.trec", "<DOC>\n<DOCNO>1</DOCNO>\na\n</DOC>\nstray\n")
-    assert "outside" in str(raises_at(stray, 5, trec.read_topics))
+    assert "outside" in str(raises_at(stray, 5, formats.read_topics))
 
 
 def test_beir_queries_jsonl(tmp_path):
     path = write(tmp_path / "queries.jsonl",
                  '{"_id": "1", "text": "what is the origin of covid-19", "metadata": {"narrative": "seeking origins"}}\n'
                  '{"_id": 2, "text": "how does the virus spread", "metadata": {}}\n')
-    assert trec.read_topics(path) == {"1": Query("1", "what is the origin of covid-19"),
+    assert formats.read_topics(path) == {"1": Query("1", "what is the origin of covid-19"),
                                       "2": Query("2", "how does the virus spread")}
-    assert "'2' has no narrative" in str(raises_at(path, 2, trec.read_topics, "narrative"))
+    assert "'2' has no narrative" in str(raises_at(path, 2, formats.read_topics, "narrative"))
     first_only = write(tmp_path / "one.jsonl", path.read_text().splitlines()[0])
-    assert trec.read_topics(first_only, "narrative") == {"1": Query("1", "seeking origins")}
+    assert formats.read_topics(first_only, "narrative") == {"1": Query("1", "seeking origins")}
 
 
 def test_jsonl_topics_with_title_and_description(tmp_path):
     path = write(tmp_path / "topics.jsonl", '{"qid": "7", "title": "cats", "description": "care of cats"}\n')
-    assert trec.read_topics(path, "title+description") == {"7": Query("7", "cats care of cats")}
+    assert formats.read_topics(path, "title+description") == {"7": Query("7", "cats care of cats")}
 
 
 @pytest.mark.parametrize("content, line, message", [
@@ -109,30 +109,30 @@ def test_jsonl_topics_with_title_and_description(tmp_path):
     ('{"_id": "1", "text": "a"}\n{"_id": "2", "text": "  "}\n', 2, "empty"),
 ])
 def test_malformed_jsonl_topics(tmp_path, content, line, message):
-    assert message in str(raises_at(write(tmp_path / "queries.jsonl", content), line, trec.read_topics))
+    assert message in str(raises_at(write(tmp_path / "queries.jsonl", content), line, formats.read_topics))
 
 
 def test_smart_topics(tmp_path):
     path = write(tmp_path / "cran.qry", ".I 001\n.W\nwhat similarity laws\nmust be obeyed .\n.I 002\n.W\nheat transfer .\n")
-    assert trec.read_topics(path) == {"001": Query("001", "what similarity laws must be obeyed ."),
+    assert formats.read_topics(path) == {"001": Query("001", "what similarity laws must be obeyed ."),
                                       "002": Query("002", "heat transfer .")}
-    assert "one text per query" in str(raises_at(path, None, trec.read_topics, "description"))
+    assert "one text per query" in str(raises_at(path, None, formats.read_topics, "description"))
     broken = write(tmp_path / "bad.qry", ".I 1\n.W\na\n.I\n.W\nb\n")
-    assert "without an id" in str(raises_at(broken, 4, trec.read_topics))
+    assert "without an id" in str(raises_at(broken, 4, formats.read_topics))
 
 
 def test_tsv_topics_have_no_description(tmp_path):
     path = write(tmp_path / "topics.tsv", "1\tcats\n")
-    assert "TSV topics have one text" in str(raises_at(path, None, trec.read_topics, "description"))
+    assert "TSV topics have one text" in str(raises_at(path, None, formats.read_topics, "description"))
 
 
 def test_unrecognised_topics_file_lists_every_format(tmp_path):
     path = write(tmp_path / "topics.txt", "\n301 international organized crime\n")
-    error = str(raises_at(path, 2, trec.read_topics))
+    error = str(raises_at(path, 2, formats.read_topics))
     assert "expected 'query_id<TAB>text'" in error
     for example in ("301<TAB>", "<top>", "<topic number=", "<DOCNO>", "queries.jsonl", ".I 301"):
         assert example in error, example
-    assert "<top>" in str(raises_at(write(tmp_path / "empty.txt", "\n"), None, trec.read_topics))
+    assert "<top>" in str(raises_at(write(tmp_path / "empty.txt", "\n"), None, formats.read_topics))
 
 
 # ------------------------------------------------------------------------------------------ qrels
@@ -140,12 +140,12 @@ def test_unrecognised_topics_file_lists_every_format(tmp_path):
 
 def test_three_column_qrels(tmp_path):
     path = write(tmp_path / "cranqrel", "1 184 2 \n1 29 -1\n\n2 12 3\n")  # Cranfield's, trailing space included
-    assert trec.read_qrels(path) == [Qrel("1", "184", 2), Qrel("1", "29", -1), Qrel("2", "12", 3)]
+    assert formats.read_qrels(path) == [Qrel("1", "184", 2), Qrel("1", "29", -1), Qrel("2", "12", 3)]
 
 
 def test_beir_qrels_tsv(tmp_path):
     path = write(tmp_path / "test.tsv", "query-id\tcorpus-id\tscore\nPLAIN-2\tMED-2427\t2\nPLAIN-2\tMED-10\t1\n")
-    assert trec.read_qrels(path) == [Qrel("PLAIN-2", "MED-2427", 2), Qrel("PLAIN-2", "MED-10", 1)]
+    assert formats.read_qrels(path) == [Qrel("PLAIN-2", "MED-2427", 2), Qrel("PLAIN-2", "MED-10", 1)]
 
 
 @pytest.mark.parametrize("content, line, message", [
@@ -155,11 +155,11 @@ def test_beir_qrels_tsv(tmp_path):
     ("1 0 d1 1 extra\n", 1, "3 columns 'query_id doc_id relevance'"),
 ])
 def test_malformed_qrels_layouts(tmp_path, content, line, message):
-    assert message in str(raises_at(write(tmp_path / "qrels.txt", content), line, trec.read_qrels))
+    assert message in str(raises_at(write(tmp_path / "qrels.txt", content), line, formats.read_qrels))
 
 
 def test_unrecognised_qrels_file_lists_every_layout(tmp_path):
-    error = str(raises_at(write(tmp_path / "qrels.txt", "1 d1\n"), 1, trec.read_qrels))
+    error = str(raises_at(write(tmp_path / "qrels.txt", "1 d1\n"), 1, formats.read_qrels))
     for layout in ("4 columns", "3 columns", "query-id<TAB>corpus-id<TAB>score"):
         assert layout in error, layout
 
@@ -172,7 +172,7 @@ SMART_DOCS = (".I 1\n.T\nexperimental investigation of a wing\n.A\nbrenckman,m.\
 
 def test_smart_docs_are_title_and_body(tmp_path):
     path = write(tmp_path / "cran.all.1400", SMART_DOCS)
-    assert list(trec.read_docs(path)) == [
+    assert list(formats.read_docs(path)) == [
         Doc("1", "experimental investigation of a wing an experimental study of a wing ."),
         Doc("2", "shear flow simple shear flow ."),
     ]
@@ -185,7 +185,7 @@ def test_smart_docs_are_title_and_body(tmp_path):
     (b".I 1\n.W\na\n.I 2\n.W\nna\xefve\n", 6, "UTF-8"),
 ])
 def test_malformed_smart_docs(tmp_path, content, line, message):
-    assert message in str(raises_at(write(tmp_path / "docs.all", content), line, trec.read_docs))
+    assert message in str(raises_at(write(tmp_path / "docs.all", content), line, formats.read_docs))
 
 
 HTML_PAGE = ("<!DOCTYPE html>\n<html><head><title>Cats &amp; dogs</title>\n<style>p { color: red }</style>\n"
@@ -197,37 +197,37 @@ def test_html_folder(tmp_path):
     write(tmp_path / "pages" / "cats.html", HTML_PAGE)
     write(tmp_path / "pages" / "sub" / "birds.htm", "<p>Birds sing</p>")
     write(tmp_path / "pages" / "notes.txt", "not a document")
-    assert list(trec.read_docs(tmp_path / "pages")) == [
+    assert list(formats.read_docs(tmp_path / "pages")) == [
         Doc("cats", "Cats & dogs Cats purr . Dogs bark."), Doc("birds", "Birds sing")]
-    assert list(trec.read_docs(tmp_path / "pages" / "sub" / "birds.htm")) == [Doc("birds", "Birds sing")]
+    assert list(formats.read_docs(tmp_path / "pages" / "sub" / "birds.htm")) == [Doc("birds", "Birds sing")]
 
 
 def test_malformed_html_collections(tmp_path):
     bad = write(tmp_path / "a" / "page.html", b"<p>fine</p>\n<p>caf\xe9</p>\n")
-    raises_at(bad, 2, trec.read_docs)  # one file: the byte's line
+    raises_at(bad, 2, formats.read_docs)  # one file: the byte's line
     with pytest.raises(DataFormatError) as info:
-        list(trec.read_docs(tmp_path / "a"))  # through its folder: the same file and line
+        list(formats.read_docs(tmp_path / "a"))  # through its folder: the same file and line
     assert_located(info.value, bad, 2)
     write(tmp_path / "b" / "more" / "x.htm", "<p>one</p>")
     second = write(tmp_path / "b" / "x.html", "<p>two</p>")  # read after more/x.htm (files are read sorted)
-    assert "duplicate doc id 'x'" in str(raises_at(second, None, lambda _: trec.read_docs(tmp_path / "b")))
+    assert "duplicate doc id 'x'" in str(raises_at(second, None, lambda _: formats.read_docs(tmp_path / "b")))
     spaced = write(tmp_path / "c" / "my page.html", "<p>x</p>")
-    assert "whitespace" in str(raises_at(spaced, None, lambda _: trec.read_docs(tmp_path / "c")))
+    assert "whitespace" in str(raises_at(spaced, None, lambda _: formats.read_docs(tmp_path / "c")))
     write(tmp_path / "d" / "readme.txt", "x")
-    assert ".html" in str(raises_at(tmp_path / "d", None, trec.read_docs))
+    assert ".html" in str(raises_at(tmp_path / "d", None, formats.read_docs))
 
 
 def test_beir_corpus_uses_title_and_text(tmp_path):
     path = write(tmp_path / "corpus.jsonl", '{"_id": "MED-10", "title": "Statins", "text": "breast cancer", "metadata": {}}\n'
                                             '{"_id": "MED-11", "title": "", "text": "no title"}\n')
-    assert list(trec.read_docs(path)) == [Doc("MED-10", "Statins breast cancer"), Doc("MED-11", "no title")]
+    assert list(formats.read_docs(path)) == [Doc("MED-10", "Statins breast cancer"), Doc("MED-11", "no title")]
 
 
 def test_unrecognised_docs_file_lists_every_format(tmp_path):
-    error = str(raises_at(write(tmp_path / "docs.txt", "d1 no tab here\n"), 1, trec.read_docs))
+    error = str(raises_at(write(tmp_path / "docs.txt", "d1 no tab here\n"), 1, formats.read_docs))
     for example in ("<DOCNO>", "corpus.jsonl", "d1<TAB>text", ".I 1", ".html"):
         assert example in error, example
-    later = str(raises_at(write(tmp_path / "docs2.txt", "d1\tfine\nd2 no tab\n"), 2, trec.read_docs))
+    later = str(raises_at(write(tmp_path / "docs2.txt", "d1\tfine\nd2 no tab\n"), 2, formats.read_docs))
     assert "accepted" not in later  # a TSV file with one bad line: just that line's problem
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import fuse
 from pipeline.core.records import Qrel, ScoredDoc
-from pipeline.core.trec import read_run, write_qrels, write_run
+from pipeline.core.formats import read_run, write_qrels, write_run
 from tests.conftest import subprocess_env
 
 ranx = pytest.importorskip("ranx")

@@ -27,7 +27,7 @@ from pipeline.core import filecheck
 from pipeline.core.datasets.local import load_local
 from pipeline.core.datasets.pair_format import read_pair_folder, read_wikiqa_tsv
 from pipeline.core.errors import PipelineError
-from pipeline.core.trec import TOPIC_FIELDS, read_docs, read_qrels, read_run, read_topics
+from pipeline.core.formats import TOPIC_FIELDS, read_docs, read_qrels, read_run, read_topics
 
 #: examples per reader (about 1-3 s each on an idle 2-core machine)
 EXAMPLES = 300

@@ -18,7 +18,7 @@ from pipeline.core import atomic
 from pipeline.core.datasets.local import load_local
 from pipeline.core.datasets.pair_format import read_pair_folder
 from pipeline.core.errors import DataFormatError
-from pipeline.core.trec import read_qrels
+from pipeline.core.formats import read_qrels
 
 ROOT = Path(__file__).resolve().parent.parent
 

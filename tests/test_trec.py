@@ -1,4 +1,4 @@
-"""TREC readers and writers (pipeline.core.trec), strict line reading (pipeline.core.textio) and atomic writes
+"""TREC readers and writers (pipeline.core.formats), strict line reading (pipeline.core.textio) and atomic writes
 (pipeline.core.atomic): every malformed input names its file and line, and no failed write leaves anything."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from conftest import assert_located, write
-from pipeline.core import trec
+from pipeline.core import formats
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.errors import DataFormatError, PipelineError
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
@@ -50,7 +50,7 @@ def test_gzipped_file_is_read(tmp_path):
 
     path = tmp_path / "topics.tsv.gz"
     path.write_bytes(gzip.compress("7\tgzipped query\n".encode()))
-    assert trec.read_topics(path) == {"7": Query("7", "gzipped query")}
+    assert formats.read_topics(path) == {"7": Query("7", "gzipped query")}
 
 
 # ---------------------------------------------------------------------------------------- topics
@@ -58,7 +58,7 @@ def test_gzipped_file_is_read(tmp_path):
 
 def test_tsv_topics_are_read(tmp_path):
     path = write(tmp_path / "topics.tsv", "1\tfirst   query\n\n10\tsecond\tquery with a tab\n")
-    assert trec.read_topics(path) == {"1": Query("1", "first query"), "10": Query("10", "second query with a tab")}
+    assert formats.read_topics(path) == {"1": Query("1", "first query"), "10": Query("10", "second query with a tab")}
 
 
 def test_sgml_topics_with_and_without_closing_tags(tmp_path):
@@ -67,7 +67,7 @@ def test_sgml_topics_with_and_without_closing_tags(tmp_path):
         "<top>\n<num> Number: 301\n<title> International Organized Crime\n\n<desc> Description:\nIdentify orgs.\n"
         "</top>\n\n<top>\n<num>302</num>\n<title>poliomyelitis and post-polio</title>\n</top>\n",
     )
-    assert trec.read_topics(path) == {
+    assert formats.read_topics(path) == {
         "301": Query("301", "International Organized Crime"),
         "302": Query("302", "poliomyelitis and post-polio"),
     }
@@ -79,12 +79,12 @@ def test_microblog_style_topic_numbers_lose_their_prefix(tmp_path):
         "<top>\n<num> Number: MB111 </num>\n<query> water shortages </query>\n<querytime> x </querytime>\n</top>\n"
         "<top>\n<num> Number: MB002 </num>\n<query> second </query>\n</top>\n",
     )
-    assert trec.read_topics(path) == {"111": Query("111", "water shortages"), "2": Query("2", "second")}
+    assert formats.read_topics(path) == {"111": Query("111", "water shortages"), "2": Query("2", "second")}
 
 
 def test_tsv_topic_line_without_tab(tmp_path):
     path = write(tmp_path / "topics.tsv", "1\tfine\n2 no tab on this line\n3\tfine\n")
-    error = raises_at(path, 2, trec.read_topics)
+    error = raises_at(path, 2, formats.read_topics)
     assert "TAB" in str(error)
 
 
@@ -93,13 +93,13 @@ def test_sgml_top_never_closed(tmp_path):
         tmp_path / "topics.txt",
         "<top>\n<num> 1 </num>\n<title> a </title>\n</top>\n\n<top>\n<num> 2 </num>\n<title> b </title>\n",
     )
-    error = raises_at(path, 6, trec.read_topics)
+    error = raises_at(path, 6, formats.read_topics)
     assert "</top>" in str(error)
 
 
 def test_sgml_top_opened_twice(tmp_path):
     path = write(tmp_path / "topics.txt", "<top>\n<num> 1 </num>\n<title> a </title>\n<top>\n")
-    raises_at(path, 4, trec.read_topics)
+    raises_at(path, 4, formats.read_topics)
 
 
 def test_sgml_topic_without_num(tmp_path):
@@ -107,18 +107,18 @@ def test_sgml_topic_without_num(tmp_path):
         tmp_path / "topics.txt",
         "<top>\n<num> 1 </num>\n<title> a </title>\n</top>\n<top>\n<title> no number </title>\n</top>\n",
     )
-    error = raises_at(path, 5, trec.read_topics)
+    error = raises_at(path, 5, formats.read_topics)
     assert "<num>" in str(error)
 
 
 def test_sgml_topic_without_title(tmp_path):
     path = write(tmp_path / "topics.txt", "<top>\n<num> 1 </num>\n<desc> only a description </desc>\n</top>\n")
-    raises_at(path, 1, trec.read_topics)
+    raises_at(path, 1, formats.read_topics)
 
 
 def test_duplicate_query_ids_in_tsv_topics(tmp_path):
     path = write(tmp_path / "topics.tsv", "1\ta\n2\tb\n1\tc\n")
-    error = raises_at(path, 3, trec.read_topics)
+    error = raises_at(path, 3, formats.read_topics)
     assert "duplicate" in str(error)
 
 
@@ -128,23 +128,23 @@ def test_duplicate_query_ids_in_sgml_topics(tmp_path):
         "<top><num>5</num><title>a</title></top>\n<top><num>6</num><title>b</title></top>\n"
         "<top>\n<num>5</num>\n<title>c</title>\n</top>\n",
     )
-    error = raises_at(path, 3, trec.read_topics)
+    error = raises_at(path, 3, formats.read_topics)
     assert "'5'" in str(error)
 
 
 def test_empty_query_text_in_tsv_topics(tmp_path):
     path = write(tmp_path / "topics.tsv", "1\ta\n2\t   \t \n")
-    error = raises_at(path, 2, trec.read_topics)
+    error = raises_at(path, 2, formats.read_topics)
     assert "empty" in str(error)
 
 
 def test_empty_query_text_in_sgml_topics(tmp_path):
     path = write(tmp_path / "topics.txt", "<top><num>1</num><title>a</title></top>\n\n<top><num>2</num><title>  </title></top>\n")
-    raises_at(path, 3, trec.read_topics)
+    raises_at(path, 3, formats.read_topics)
 
 
 def test_empty_topics_file(tmp_path):
-    raises_at(write(tmp_path / "topics.tsv", "\n\n"), None, trec.read_topics)
+    raises_at(write(tmp_path / "topics.tsv", "\n\n"), None, formats.read_topics)
 
 
 @pytest.mark.parametrize("content, line", [
@@ -152,13 +152,13 @@ def test_empty_topics_file(tmp_path):
     (b"<top>\n<num>1</num>\n<title>fine</title>\n</top>\n<top>\n<num>2</num>\n<title>caf\xe9</title>\n</top>\n", 7),
 ])
 def test_non_utf8_topics(tmp_path, content, line):
-    raises_at(write(tmp_path / "topics", content), line, trec.read_topics)
+    raises_at(write(tmp_path / "topics", content), line, formats.read_topics)
 
 
 def test_write_topics_round_trip(tmp_path):
     queries = [Query("2", "two"), Query("10", "ten words here")]
-    trec.write_topics_tsv(tmp_path / "t.tsv", queries)
-    assert list(trec.read_topics(tmp_path / "t.tsv").values()) == queries
+    formats.write_topics_tsv(tmp_path / "t.tsv", queries)
+    assert list(formats.read_topics(tmp_path / "t.tsv").values()) == queries
 
 
 # ----------------------------------------------------------------------------------------- qrels
@@ -166,7 +166,7 @@ def test_write_topics_round_trip(tmp_path):
 
 def test_qrels_are_read_with_graded_and_negative_relevance(tmp_path):
     path = write(tmp_path / "qrels", "1 0 d1 2\n\n1\t0\td2\t-2\n2 Q0 d1 0\n")
-    assert trec.read_qrels(path) == [Qrel("1", "d1", 2, "0"), Qrel("1", "d2", -2, "0"), Qrel("2", "d1", 0, "Q0")]
+    assert formats.read_qrels(path) == [Qrel("1", "d1", 2, "0"), Qrel("1", "d2", -2, "0"), Qrel("2", "d1", 0, "Q0")]
 
 
 @pytest.mark.parametrize("bad_line, expected", [
@@ -178,23 +178,23 @@ def test_qrels_are_read_with_graded_and_negative_relevance(tmp_path):
 ])
 def test_malformed_qrels_line(tmp_path, bad_line, expected):
     path = write(tmp_path / "qrels.txt", f"1 0 d1 1\n1 0 d2 0\n{bad_line}\n2 0 d1 1\n")
-    error = raises_at(path, 3, trec.read_qrels)
+    error = raises_at(path, 3, formats.read_qrels)
     assert expected in str(error)
 
 
 def test_duplicate_judgment_names_the_first_line(tmp_path):
     path = write(tmp_path / "qrels.txt", "1 0 d1 1\n1 0 d2 0\n1 0 d1 0\n")
-    assert "first on line 1" in str(raises_at(path, 3, trec.read_qrels))
+    assert "first on line 1" in str(raises_at(path, 3, formats.read_qrels))
 
 
 def test_non_utf8_qrels(tmp_path):
-    raises_at(write(tmp_path / "qrels", b"1 0 d1 1\n1 0 d\xff2 1\n"), 2, trec.read_qrels)
+    raises_at(write(tmp_path / "qrels", b"1 0 d1 1\n1 0 d\xff2 1\n"), 2, formats.read_qrels)
 
 
 def test_write_qrels_round_trip(tmp_path):
     qrels = [Qrel("1", "a", 2), Qrel("1", "b", -2), Qrel("3", "a", 0, "Q0")]
-    trec.write_qrels(tmp_path / "q", qrels)
-    assert trec.read_qrels(tmp_path / "q") == qrels
+    formats.write_qrels(tmp_path / "q", qrels)
+    assert formats.read_qrels(tmp_path / "q") == qrels
 
 
 # ------------------------------------------------------------------------------------------ runs
@@ -203,7 +203,7 @@ GOOD_RUN = "1 Q0 d1 1 3.5 tag\n1 Q0 d2 2 1.25 tag\n\n2 Q0 d1 1 -0.5 tag\n"
 
 
 def test_run_is_read(tmp_path):
-    run = trec.read_run(write(tmp_path / "r.run", GOOD_RUN))
+    run = formats.read_run(write(tmp_path / "r.run", GOOD_RUN))
     assert run == {
         "1": [ScoredDoc("1", "d1", 3.5), ScoredDoc("1", "d2", 1.25)],
         "2": [ScoredDoc("2", "d1", -0.5)],
@@ -222,31 +222,31 @@ def test_run_is_read(tmp_path):
 ])
 def test_malformed_run_line(tmp_path, bad_line, expected):
     path = write(tmp_path / "r.run", f"1 Q0 d1 1 3.5 tag\n1 Q0 d2 2 1.5 tag\n{bad_line}\n2 Q0 d1 1 1 tag\n")
-    error = raises_at(path, 3, trec.read_run)
+    error = raises_at(path, 3, formats.read_run)
     assert expected in str(error)
 
 
 def test_run_with_unknown_doc_id(tmp_path):
     path = write(tmp_path / "r.run", GOOD_RUN + "2 Q0 d9 2 -1 tag\n")
-    assert trec.read_run(path)  # fine without a collection to check against
-    error = raises_at(path, 5, trec.read_run, known_doc_ids={"d1", "d2"}, known_query_ids={"1", "2"})
+    assert formats.read_run(path)  # fine without a collection to check against
+    error = raises_at(path, 5, formats.read_run, known_doc_ids={"d1", "d2"}, known_query_ids={"1", "2"})
     assert "unknown doc id 'd9'" in str(error)
 
 
 def test_run_with_unknown_query_id(tmp_path):
     path = write(tmp_path / "r.run", GOOD_RUN + "7 Q0 d1 1 1 tag\n")
     known_docs = {"d1": Doc("d1", "x"), "d2": Doc("d2", "y")}  # a doc store (Mapping) works too
-    error = raises_at(path, 5, trec.read_run, known_doc_ids=known_docs, known_query_ids={"1": None, "2": None})
+    error = raises_at(path, 5, formats.read_run, known_doc_ids=known_docs, known_query_ids={"1": None, "2": None})
     assert "unknown query id '7'" in str(error)
 
 
 def test_non_utf8_run(tmp_path):
-    raises_at(write(tmp_path / "r.run", GOOD_RUN.encode() + b"2 Q0 d\xfe 2 0 tag\n"), 5, trec.read_run)
+    raises_at(write(tmp_path / "r.run", GOOD_RUN.encode() + b"2 Q0 d\xfe 2 0 tag\n"), 5, formats.read_run)
 
 
 def test_natural_key_orders_numbers_numerically():
     ids = ["10", "2", "b", "1", "a10", "a9", "MB100", "MB20"]
-    assert sorted(ids, key=trec.natural_key) == ["1", "2", "10", "MB20", "MB100", "a9", "a10", "b"]
+    assert sorted(ids, key=formats.natural_key) == ["1", "2", "10", "MB20", "MB100", "a9", "a10", "b"]
 
 
 def test_write_run_canonical_order_and_ranks(tmp_path):
@@ -255,7 +255,7 @@ def test_write_run_canonical_order_and_ranks(tmp_path):
         "2": [ScoredDoc("2", "b", 0.5), ScoredDoc("2", "c", 2.0), ScoredDoc("2", "a", 0.5), ScoredDoc("2", "d", -1.0)],
         "1": [ScoredDoc("1", "z", 0.0)],
     }
-    path = trec.write_run(tmp_path / "out" / "r.run", run, tag="mytag")
+    path = formats.write_run(tmp_path / "out" / "r.run", run, tag="mytag")
     lines = [line.split() for line in path.read_text().splitlines()]
     assert [(q, d, r) for q, _, d, r, _, _ in lines] == [
         ("1", "z", "1"),
@@ -267,7 +267,7 @@ def test_write_run_canonical_order_and_ranks(tmp_path):
 
 def test_write_run_accepts_a_flat_list_and_orders_it(tmp_path):
     flat = [ScoredDoc("10", "x", 1.0), ScoredDoc("2", "b", 1.0), ScoredDoc("2", "a", 3.0)]
-    path = trec.write_run(tmp_path / "r.run", flat)
+    path = formats.write_run(tmp_path / "r.run", flat)
     assert [line.split()[:4] for line in path.read_text().splitlines()] == [
         ["2", "Q0", "a", "1"], ["2", "Q0", "b", "2"], ["10", "Q0", "x", "1"]]
 
@@ -277,21 +277,21 @@ def test_write_run_round_trip_keeps_exact_scores(tmp_path):
 
     scores = [0.1 + 0.2, 1 / 3, 1e-20, -5.5, 123456789.123456789, float(numpy.float32(0.7)), 2.0**-1074]
     run = {"q": [ScoredDoc("q", f"d{i}", s) for i, s in enumerate(scores)]}
-    path = trec.write_run(tmp_path / "r.run", run)
-    back = trec.read_run(path)
+    path = formats.write_run(tmp_path / "r.run", run)
+    back = formats.read_run(path)
     assert {s.doc_id: s.score for s in back["q"]} == {f"d{i}": s for i, s in enumerate(scores)}
     assert [s.score for s in back["q"]] == sorted(scores, reverse=True)
 
 
 def test_write_run_rejects_a_tag_with_spaces(tmp_path):
     with pytest.raises(ValueError, match="tag"):
-        trec.write_run(tmp_path / "r.run", {"1": [ScoredDoc("1", "a", 1.0)]}, tag="my run")
+        formats.write_run(tmp_path / "r.run", {"1": [ScoredDoc("1", "a", 1.0)]}, tag="my run")
     assert not (tmp_path / "r.run").exists()
 
 
 def test_write_run_rejects_whitespace_in_ids(tmp_path):
     with pytest.raises(ValueError, match="whitespace"):
-        trec.write_run(tmp_path / "r.run", {"1": [ScoredDoc("1", "doc a", 1.0)]})
+        formats.write_run(tmp_path / "r.run", {"1": [ScoredDoc("1", "doc a", 1.0)]})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -300,7 +300,7 @@ def test_write_run_rejects_non_finite_scores(tmp_path, score):
     """read_run rejects NaN/inf scores, so write_run must not produce them (a NaN also breaks the order)."""
     run = {"1": [ScoredDoc("1", "a", 1.0), ScoredDoc("1", "b", score)]}
     with pytest.raises(ValueError, match="not finite"):
-        trec.write_run(tmp_path / "r.run", run)
+        formats.write_run(tmp_path / "r.run", run)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -309,11 +309,11 @@ def test_write_run_with_a_duplicate_doc_writes_nothing(tmp_path):
     path.write_text("previous\n")
     run = {"1": [ScoredDoc("1", "a", 1.0), ScoredDoc("1", "b", 0.5), ScoredDoc("1", "a", 0.2)]}
     with pytest.raises(ValueError, match="twice"):
-        trec.write_run(path, run)
+        formats.write_run(path, run)
     assert path.read_text() == "previous\n"
     assert os.listdir(tmp_path) == ["r.run"]
     with pytest.raises(ValueError):
-        trec.write_run(tmp_path / "new.run", run)
+        formats.write_run(tmp_path / "new.run", run)
     assert os.listdir(tmp_path) == ["r.run"]
 
 
@@ -323,23 +323,23 @@ def test_write_run_with_a_duplicate_doc_writes_nothing(tmp_path):
 def test_read_docs_sgml_jsonl_tsv(tmp_path):
     sgml = write(tmp_path / "d.trec", "<DOC>\n<DOCNO> 1 </DOCNO>\n<TEXT>hello\nworld</TEXT>\n</DOC>\n"
                                       "<DOC><DOCNO>2</DOCNO> one line </DOC>\n")
-    assert list(trec.read_docs(sgml)) == [Doc("1", "hello world"), Doc("2", "one line")]
+    assert list(formats.read_docs(sgml)) == [Doc("1", "hello world"), Doc("2", "one line")]
     jsonl = write(tmp_path / "d.jsonl", '{"_id": "a", "title": "T", "text": "body"}\n\n{"id": 5, "contents": "c"}\n')
-    assert list(trec.read_docs(jsonl)) == [Doc("a", "T body"), Doc("5", "c")]
+    assert list(formats.read_docs(jsonl)) == [Doc("a", "T body"), Doc("5", "c")]
     tsv = write(tmp_path / "d.tsv", "MED-1\tsome text\nMED-2\tmore\ttext\n")
-    assert list(trec.read_docs(tsv)) == [Doc("MED-1", "some text"), Doc("MED-2", "more\ttext")]
-    assert list(trec.read_docs(write(tmp_path / "empty", "\n"))) == []
+    assert list(formats.read_docs(tsv)) == [Doc("MED-1", "some text"), Doc("MED-2", "more\ttext")]
+    assert list(formats.read_docs(write(tmp_path / "empty", "\n"))) == []
 
 
 def test_duplicate_docs_in_sgml(tmp_path):
     path = write(tmp_path / "docs.trec", "<DOC>\n<DOCNO>1</DOCNO>\na\n</DOC>\n<DOC>\n<DOCNO>2</DOCNO>\nb\n</DOC>\n"
                                          "<DOC>\n<DOCNO>1</DOCNO>\nc\n</DOC>\n")
-    error = raises_at(path, 9, trec.read_docs)
+    error = raises_at(path, 9, formats.read_docs)
     assert "duplicate doc id '1'" in str(error)
 
 
 def test_duplicate_docs_in_tsv(tmp_path):
-    raises_at(write(tmp_path / "docs.tsv", "a\tx\nb\ty\na\tz\n"), 3, trec.read_docs)
+    raises_at(write(tmp_path / "docs.tsv", "a\tx\nb\ty\na\tz\n"), 3, formats.read_docs)
 
 
 @pytest.mark.parametrize("name, content, line", [
@@ -353,7 +353,7 @@ def test_duplicate_docs_in_tsv(tmp_path):
     ("docs.tsv", "1\ta\n2 no tab\n", 2),
 ])
 def test_malformed_docs(tmp_path, name, content, line):
-    raises_at(write(tmp_path / name, content), line, trec.read_docs)
+    raises_at(write(tmp_path / name, content), line, formats.read_docs)
 
 
 @pytest.mark.parametrize("name, content, line", [
@@ -362,7 +362,7 @@ def test_malformed_docs(tmp_path, name, content, line):
     ("docs.jsonl", b'{"id": "1", "text": "a"}\n{"id": "2", "text": "\xc3"}\n', 2),
 ])
 def test_non_utf8_docs(tmp_path, name, content, line):
-    raises_at(write(tmp_path / name, content), line, trec.read_docs)
+    raises_at(write(tmp_path / name, content), line, formats.read_docs)
 
 
 # ---------------------------------------------------------------------------------------- atomic
@@ -440,13 +440,13 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
     the run) or made the first judgment of a qrels file unreadable, and changed scores silently."""
     bom = "\ufeff"
     topics = write(tmp_path / "topics.tsv", bom + "1\tfirst query\n2\tsecond query\n")
-    assert list(trec.read_topics(topics)) == ["1", "2"]
+    assert list(formats.read_topics(topics)) == ["1", "2"]
     qrels = write(tmp_path / "qrels.txt", bom + "1 0 d1 1\n2 0 d2 0\n")
-    assert trec.read_qrels(qrels) == [Qrel("1", "d1", 1), Qrel("2", "d2", 0)]
+    assert formats.read_qrels(qrels) == [Qrel("1", "d1", 1), Qrel("2", "d2", 0)]
     run = write(tmp_path / "a.run", bom + "1 Q0 d1 1 2.0 t\n1 Q0 d2 2 1.0 t\n")
-    assert [h.doc_id for h in trec.read_run(run)["1"]] == ["d1", "d2"]
+    assert [h.doc_id for h in formats.read_run(run)["1"]] == ["d1", "d2"]
     docs = write(tmp_path / "docs.jsonl", bom + '{"id": "d1", "contents": "text one"}\n')
-    assert list(trec.read_docs(docs)) == [Doc("d1", "text one")]
+    assert list(formats.read_docs(docs)) == [Doc("d1", "text one")]
 
 
 @pytest.mark.parametrize("name, content, line", [
@@ -456,7 +456,7 @@ def test_query_ids_with_whitespace_are_rejected_when_read(tmp_path, name, conten
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(DataFormatError, match=rf"{name}:{line}: query id 'q 2' contains whitespace"):
-        trec.read_topics(path)
+        formats.read_topics(path)
 
 
 @pytest.mark.parametrize("name, content, line", [
@@ -465,7 +465,7 @@ def test_query_ids_with_whitespace_are_rejected_when_read(tmp_path, name, conten
     ("docs.trec", "<DOC>\n<DOCNO>d1</DOCNO>\nx\n</DOC>\n<DOC>\n<DOCNO>d 2</DOCNO>\ny\n</DOC>\n", 5),
 ])
 def test_doc_ids_with_whitespace_are_rejected_when_read(tmp_path, name, content, line):
-    from pipeline.core.trec import read_docs
+    from pipeline.core.formats import read_docs
 
     path = tmp_path / name
     path.write_text(content)
@@ -479,7 +479,7 @@ def test_the_rank_column_agrees_with_trec_eval_on_ties(tmp_path):
     import pytrec_eval
 
     run = {"1": [ScoredDoc("1", doc, 1.0) for doc in ("d1", "d3", "d2")] + [ScoredDoc("1", "d0", 2.0)]}
-    path = trec.write_run(tmp_path / "ties.run", run)
+    path = formats.write_run(tmp_path / "ties.run", run)
     ranks = [line.split()[2] for line in path.read_text().splitlines()]
     assert ranks == ["d0", "d3", "d2", "d1"]
     for relevant, expected_rr in (("d1", 1 / 4), ("d3", 1 / 2)):

@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Sequence
 from .atomic import atomic_write
 from .errors import ConfigError, PipelineError
 from .records import Qrel, Run, ScoredDoc
-from .trec import natural_key
+from .formats import natural_key
 
 #: The metrics of ``pipeline.run`` (when the dataset's recipe names none) and of ``pipeline.evaluate`` (when
 #: neither ``--metrics`` nor a dataset recipe names any): one constant, so the two commands print the same

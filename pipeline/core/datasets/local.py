@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import trec
+from .. import formats
 from ..errors import ConfigError, DataFormatError, DatasetNotFoundError
 from .dataset import Dataset
 from .pair_format import is_wikiqa_tsv, pair_dataset, wikiqa_split_name
@@ -30,7 +30,7 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
     ``corpus``, ``queries`` and ``qrels`` (a folder of ``<split>.tsv`` files; by default BEIR's own names)
     and ``topic_field``; for ``pair``: ``splits`` (``{split: folder or WikiQA TSV file}``) and optional
     ``qrels`` (a path or list); optional ``name``. ``topic_field`` is one of
-    :data:`pipeline.core.trec.TOPIC_FIELDS` (``title``, the default, ``description`` ...).
+    :data:`pipeline.core.formats.TOPIC_FIELDS` (``title``, the default, ``description`` ...).
 
     Without a manifest, in this order: a folder holding ``a.toks`` is one pair split, a folder whose
     subfolders hold them is one split per subfolder; WikiQA TSV files (``WikiQA-train.tsv`` ...: one split
@@ -59,8 +59,8 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
     if _beir_file(root, BEIR_CORPUS) and _beir_file(root, BEIR_QUERIES) and (root / BEIR_QRELS).is_dir():
         return beir_dataset(name, root)
     files = [p for p in root.rglob("*") if p.is_file() and p.suffix not in {".md", ".bib"}
-             and p.suffix.lower() not in trec.HTML_SUFFIXES]
-    html_folders = sorted({p.parent for p in root.rglob("*") if p.is_file() and p.suffix.lower() in trec.HTML_SUFFIXES})
+             and p.suffix.lower() not in formats.HTML_SUFFIXES]
+    html_folders = sorted({p.parent for p in root.rglob("*") if p.is_file() and p.suffix.lower() in formats.HTML_SUFFIXES})
 
     def pick(*needles: str, among=files) -> list[Path]:
         return sorted(p for p in among if any(n in p.name.lower() for n in needles))
@@ -148,9 +148,9 @@ def _from_manifest(root: Path, manifest: Path, name: str) -> Dataset:
 
     topic_field = spec.get("topic_field", "title")
     try:
-        trec.check_topic_field(topic_field)
+        formats.check_topic_field(topic_field)
     except (ConfigError, TypeError):
-        raise DataFormatError(manifest, None, f"field 'topic_field' must be one of {', '.join(trec.TOPIC_FIELDS)}, "
+        raise DataFormatError(manifest, None, f"field 'topic_field' must be one of {', '.join(formats.TOPIC_FIELDS)}, "
                                               f"got {topic_field!r}") from None
     fmt = spec.get("format")
     if fmt == "beir":

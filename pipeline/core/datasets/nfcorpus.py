@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 from typing import Callable
 
-from .. import trec
+from .. import formats
 from ..errors import DataFormatError
 from ..records import Doc, Qrel, Query
 from .dataset import Dataset
@@ -76,7 +76,7 @@ def nfcorpus_titles(root: Path) -> Dataset:
     for path in sources:
         if not path.exists():
             raise DataFormatError(path, None, "file not found")
-        for line, doc in trec.read_docs_numbered(path):
+        for line, doc in formats.read_docs_numbered(path):
             if texts.setdefault(doc.doc_id, doc.text) != doc.text:
                 raise DataFormatError(path, line, f"document {doc.doc_id!r} differs from its copy in an earlier file")
     pairs = {doc_id: parts for doc_id, text in sorted(texts.items()) if (parts := split_title(text))}

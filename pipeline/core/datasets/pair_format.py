@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .. import trec
+from .. import formats
 from ..errors import DataFormatError
-from ..trec import check_id
+from ..formats import check_id
 from ..records import Doc, Qrel, Query, Run, ScoredDoc
 from ..textio import iter_lines
 from .dataset import Dataset
@@ -293,7 +293,7 @@ def pair_dataset(
         run.update(part.run)
     qrels_files = list(qrels_files)
     if qrels_files:
-        qrels = [q for path in qrels_files for q in trec.read_qrels(path) if q.query_id in queries]
+        qrels = [q for path in qrels_files for q in formats.read_qrels(path) if q.query_id in queries]
         pairs = None  # judged by the qrels files, not line by line: classification pairs come from the run
     else:
         qrels = labels

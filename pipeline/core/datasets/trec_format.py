@@ -1,4 +1,4 @@
-"""TREC-format collections: topics (any layout :func:`pipeline.core.trec.read_topics` reads), qrels (one file,
+"""TREC-format collections: topics (any layout :func:`pipeline.core.formats.read_topics` reads), qrels (one file,
 or one per split as BEIR ships them), documents (SGML, JSONL, TSV, SMART, HTML folders or rank_llm JSON) and an
 optional first-stage run, read into a :class:`~pipeline.core.datasets.dataset.Dataset`."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .. import trec
+from .. import formats
 from ..errors import DataFormatError
 from ..records import Doc
 from .dataset import Dataset
@@ -32,18 +32,18 @@ def trec_dataset(
     """A collection in TREC files: topics, qrels, documents (SGML, JSONL, TSV, SMART, a folder of HTML files
     or rank_llm JSON) and optionally a first-stage run. ``judged_only`` keeps the topics that have qrels.
 
-    ``topic_field`` picks each topic's text (:data:`pipeline.core.trec.TOPIC_FIELDS`: ``title``,
+    ``topic_field`` picks each topic's text (:data:`pipeline.core.formats.TOPIC_FIELDS`: ``title``,
     ``description`` ...). ``split_qrels`` (``{split: qrels file}``, BEIR's ``qrels/train.tsv`` ...) adds
     those files' judgments and makes one split of each file's judged queries.
     """
-    queries = trec.read_topics(topics, topic_field)
-    judgments = trec.read_qrels(qrels) if qrels else []
+    queries = formats.read_topics(topics, topic_field)
+    judgments = formats.read_qrels(qrels) if qrels else []
     splits: dict[str, list[str]] = {}
     for split, path in (split_qrels or {}).items():
-        split_judgments = trec.read_qrels(path)
+        split_judgments = formats.read_qrels(path)
         judgments.extend(split_judgments)
         splits[split] = [qid for qid in dict.fromkeys(q.query_id for q in split_judgments) if qid in queries]
-    orphans = sorted({q.query_id for q in judgments} - set(queries), key=trec.natural_key)
+    orphans = sorted({q.query_id for q in judgments} - set(queries), key=formats.natural_key)
     if orphans:  # e.g. Cranfield: cran.qry says .I 001, 002, 004 ...; cranqrel numbers them 1, 2, 3 ...
         log.warning("%s: %d judged query ids have no topic in %s (%s); the two files may number queries "
                     "differently", name, len(orphans), topics.name, ", ".join(orphans[:5]))
@@ -54,7 +54,7 @@ def trec_dataset(
     def docs_factory() -> Iterator[Doc]:
         seen: set[str] = set()
         for path in docs:
-            reader = _rank_llm_docs if path.suffix == ".json" else trec.read_docs_numbered
+            reader = _rank_llm_docs if path.suffix == ".json" else formats.read_docs_numbered
             for line, doc in reader(path):
                 if doc.doc_id in seen:
                     if path.suffix == ".json":
@@ -65,7 +65,7 @@ def trec_dataset(
 
     first_stage = None
     if run is not None:
-        first_stage = {qid: hits for qid, hits in trec.read_run(run).items() if qid in queries}
+        first_stage = {qid: hits for qid, hits in formats.read_run(run).items() if qid in queries}
     files = [topics, *(p for p in [qrels, run] if p), *(split_qrels or {}).values(), *_doc_files(docs)]
     fingerprint = files_fingerprint(files)
     if topic_field != "title":  # same files, other query texts: models trained on titles must not be reused
@@ -87,7 +87,7 @@ def _doc_files(docs: list[Path]) -> list[Path]:
     files: list[Path] = []
     for path in docs:
         if Path(path).is_dir():
-            files.extend(sorted(p for p in Path(path).rglob("*") if p.is_file() and p.suffix.lower() in trec.HTML_SUFFIXES))
+            files.extend(sorted(p for p in Path(path).rglob("*") if p.is_file() and p.suffix.lower() in formats.HTML_SUFFIXES))
         else:
             files.append(path)
     return files
