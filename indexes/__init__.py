@@ -10,15 +10,20 @@
 * ``colbert``: the same with ColBERT-style L2-normalised float token vectors in a faiss float index;
 * ``auto``: ``shipped`` when the dataset has one, else ``bm25``.
 
-Other packages add first stages through entry points (README, "Adding a first stage"); see
-:mod:`indexes.registry`. ``codes`` / ``colbert`` take their options from ``settings.codes`` (a :class:`indexes.codes.CodeOptions`);
-without options they use the most recently built index of that kind for the dataset, or build one with the
-default options (training the encoder first: ``python -m pipeline.index --kind codes`` builds it ahead).
+Other packages add first stages through entry points (docs/plugins.md); see :mod:`indexes.registry`. Each
+first stage declares its options dataclass (``factory.Options``, :mod:`indexes.options`), set with
+``--fs-set NAME=VALUE`` and given to it in :class:`FirstStageSettings`. ``codes`` / ``colbert`` take a
+:class:`indexes.codes.CodeOptions`; without options they use the most recently built index of that kind for
+the dataset, or build one with the default options (training the encoder first: ``python -m pipeline.index
+--kind codes`` builds it ahead).
 """
 from __future__ import annotations
 
 from .base import BM25Settings, Retriever, RunRetriever
-from .registry import available, check_first_stage, make_first_stage, register, resolve_first_stage
+from .options import BM25Options, FirstStageSettings, NoOptions, RM3Options
+from .registry import (available, check_first_stage, first_stage_options, make_first_stage, register,
+                       resolve_first_stage)
 
-__all__ = ["BM25Settings", "Retriever", "RunRetriever", "available", "check_first_stage", "make_first_stage",
-           "register", "resolve_first_stage"]
+__all__ = ["BM25Options", "BM25Settings", "FirstStageSettings", "NoOptions", "RM3Options", "Retriever",
+           "RunRetriever", "available", "check_first_stage", "first_stage_options", "make_first_stage", "register",
+           "resolve_first_stage"]

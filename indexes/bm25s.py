@@ -12,7 +12,7 @@ selection, with no JVM. It scores documents as Lucene does, as far as ``bm25s`` 
   word is analysed once (a cache), so the pure-Python stemmer costs little. Krovetz has no Python implementation here:
   ``--stemmer krovetz`` is refused;
 * weights: Lucene's BM25 (``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` and ``tf / (tf + k1 (1 - b + b dl /
-  avgdl))``, bm25s' ``method="lucene"``) with the project's ``k1 = 0.9, b = 0.4`` (:class:`BM25Settings`).
+  avgdl))``, bm25s' ``method="lucene"``) with the project's ``k1 = 0.9, b = 0.4`` (:class:`Bm25sOptions`).
   Two details bm25s does not have are computed here, so that the scores are Lucene's: ``dl`` is the
   document length as Lucene stores it (one byte, :func:`lucene_length`, exact below 24 terms and rounded
   down to 4 significant bits above), and ``N`` and ``avgdl`` count only documents with at least one term;
@@ -35,7 +35,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Iterable
@@ -52,7 +52,7 @@ from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
-from .base import BM25Settings
+from .options import BM25Options, FirstStageOptions, FirstStageSettings
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +150,17 @@ class EnglishAnalyzer:
 
 
 @dataclass(frozen=True)
-class Bm25sOptions:
-    """What a cached matrix depends on besides the data: analysis and the BM25 parameters (baked into it)."""
+class Bm25sOptions(FirstStageOptions):
+    """Options of ``bm25s``, all of which a cached matrix depends on besides the data: analysis and the BM25
+    parameters (baked into it)."""
 
-    stemmer: str = "porter"
-    keep_stopwords: bool = False
-    k1: float = 0.9
-    b: float = 0.4
+    stemmer: str = field(default="porter", metadata={"help": "porter or none (krovetz is refused)"})
+    keep_stopwords: bool = field(default=False, metadata={"help": "index and match stopwords"})
+    k1: float = field(default=0.9, metadata={"help": "BM25 k1 (at least 0)"})
+    b: float = field(default=0.4, metadata={"help": "BM25 b, in [0, 1]"})
+
+    def __post_init__(self):
+        BM25Options(self.k1, self.b, self.stemmer, self.keep_stopwords)  # the same checks as Lucene's
 
     def key(self) -> str:
         """A short readable name of the options."""
@@ -361,9 +365,12 @@ def _numba_available() -> bool:
     return True
 
 
-def bm25s_first_stage(dataset: Dataset, settings: BM25Settings) -> Bm25sRetriever:
-    """``bm25s``: in-memory BM25 over the dataset's documents (the matrix is built and cached if missing)."""
-    options = Bm25sOptions(settings.stemmer, settings.keep_stopwords, settings.k1, settings.b)
-    root = settings.index_root
-    path = build_index(dataset, options, root if root is not None else None)
+def bm25s_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Bm25sRetriever:
+    """``bm25s``: in-memory BM25 over the dataset's documents (the matrix is built and cached if missing);
+    options: :class:`Bm25sOptions`."""
+    options = settings.options or Bm25sOptions()
+    path = build_index(dataset, options, settings.index_root)
     return Bm25sRetriever(path, threads=1)
+
+
+bm25s_first_stage.Options = Bm25sOptions

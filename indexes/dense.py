@@ -45,7 +45,7 @@ from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
-from .base import BM25Settings
+from .options import FirstStageSettings
 
 log = logging.getLogger(__name__)
 
@@ -478,18 +478,21 @@ class DenseRetriever:
         """Nothing to release (the index is in memory); for symmetry with BM25Retriever."""
 
 
-def dense_options(settings: BM25Settings) -> DenseOptions:
-    """``settings.dense`` (from ``--dense-set``), else the default :class:`DenseOptions`."""
-    options = getattr(settings, "dense", None)
+def dense_options(settings: FirstStageSettings) -> DenseOptions:
+    """``settings.options`` (from ``--fs-set``), else the default :class:`DenseOptions`."""
+    options = settings.options
     if options is None:
         return DenseOptions()
     if not isinstance(options, DenseOptions):
-        raise PipelineError(f"settings.dense must be a DenseOptions, got {type(options).__name__}")
+        raise PipelineError(f"settings.options must be a DenseOptions, got {type(options).__name__}")
     return options
 
 
-def dense_first_stage(dataset: Dataset, settings: BM25Settings) -> DenseRetriever:
+def dense_first_stage(dataset: Dataset, settings: FirstStageSettings) -> DenseRetriever:
     """``dense``: the pooled encoder vectors of the documents in a faiss index, built on first use (no
-    training); options from ``settings.dense`` (:class:`DenseOptions`)."""
+    training); options: :class:`DenseOptions`."""
     options = dense_options(settings)
     return DenseRetriever(build_dense_index(dataset, options, settings.index_root), options)
+
+
+dense_first_stage.Options = DenseOptions

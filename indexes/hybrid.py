@@ -23,6 +23,7 @@ weighed equally) is used and a warning says so. ``weight=W`` fixes the weight in
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Query, Run, ScoredDoc
 
-from .base import BM25Settings, Retriever
+from .base import Retriever
+from .dense import DenseOptions
+from .options import BM25Options, FirstStageOptions, FirstStageSettings
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,20 @@ class HybridOptions:
         from pipeline.core.evaluation import parse_measures
 
         parse_measures(self.metric)
+
+
+@dataclass(frozen=True)
+class HybridStageOptions(HybridOptions, FirstStageOptions):
+    """Every option of the ``hybrid`` first stage: the fusion's (:class:`HybridOptions`, e.g. ``--fs-set
+    fusion=rrf``), its dense half's (``dense.<name>``, :class:`indexes.dense.DenseOptions`, e.g. ``--fs-set
+    dense.encoder=DIR``) and its BM25 half's (``bm25.<name>``, :class:`indexes.options.BM25Options`)."""
+
+    dense: DenseOptions = field(default_factory=DenseOptions, metadata={"help": "the dense half's options"})
+    bm25: BM25Options = field(default_factory=BM25Options, metadata={"help": "the BM25 half's options"})
+
+    def fusion_options(self) -> HybridOptions:
+        """The fusion's options alone."""
+        return HybridOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(HybridOptions)})
 
 
 # ------------------------------------------------------------------------------------------ fusion
@@ -154,7 +171,7 @@ class HybridRetriever:
         options: fusion, weight, depth (:class:`HybridOptions`).
 
     Example:
-        >>> hybrid = hybrid_first_stage(load_dataset("vaswani"), BM25Settings())  # doctest: +SKIP
+        >>> hybrid = hybrid_first_stage(load_dataset("vaswani"), FirstStageSettings())  # doctest: +SKIP
         >>> run = hybrid.search(dataset.queries.values(), k=1000)  # doctest: +SKIP
     """
 
@@ -249,21 +266,26 @@ class HybridRetriever:
                 retriever.close()
 
 
-def hybrid_options(settings: BM25Settings) -> HybridOptions:
-    """``settings.hybrid`` (from ``--hybrid-set``), else the default :class:`HybridOptions`."""
-    options = getattr(settings, "hybrid", None)
+def hybrid_options(settings: FirstStageSettings) -> HybridStageOptions:
+    """``settings.options`` (from ``--fs-set``), else the default :class:`HybridStageOptions`."""
+    options = settings.options
     if options is None:
-        return HybridOptions()
-    if not isinstance(options, HybridOptions):
-        raise PipelineError(f"settings.hybrid must be a HybridOptions, got {type(options).__name__}")
+        return HybridStageOptions()
+    if not isinstance(options, HybridStageOptions):
+        raise PipelineError(f"settings.options must be a HybridStageOptions, got {type(options).__name__}")
     return options
 
 
-def hybrid_first_stage(dataset: Dataset, settings: BM25Settings) -> HybridRetriever:
-    """``hybrid``: BM25 (``settings``' Lucene options) and dense (``settings.dense``) fused as
-    ``settings.hybrid`` says (:class:`HybridOptions`); both indexes are built on first use."""
+def hybrid_first_stage(dataset: Dataset, settings: FirstStageSettings) -> HybridRetriever:
+    """``hybrid``: BM25 (options ``bm25.*``) and dense (options ``dense.*``) fused as the other options say
+    (:class:`HybridStageOptions`); both indexes are built on first use."""
     from .dense import dense_first_stage
     from .lucene import bm25_first_stage
 
-    return HybridRetriever(dataset, bm25_first_stage(dataset, settings), dense_first_stage(dataset, settings),
-                           hybrid_options(settings))
+    options = hybrid_options(settings)
+    bm25 = bm25_first_stage(dataset, dataclasses.replace(settings, options=options.bm25))
+    dense = dense_first_stage(dataset, dataclasses.replace(settings, options=options.dense))
+    return HybridRetriever(dataset, bm25, dense, options.fusion_options())
+
+
+hybrid_first_stage.Options = HybridStageOptions

@@ -34,7 +34,7 @@ from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
-from .base import BM25Settings
+from .options import BM25Options, FirstStageSettings, RM3Options
 from .jvm import anserini_class
 from .lucene_check import check_index, verify_index
 
@@ -388,27 +388,39 @@ def external_index_dir(path: Path) -> Path:
                       "with Anserini/Pyserini or python -m pipeline.index")
 
 
-def existing_index_first_stage(spec: str, settings: BM25Settings) -> BM25Retriever:
+def existing_index_first_stage(spec: str, settings: FirstStageSettings) -> BM25Retriever:
     """``bm25:PATH`` / ``bm25+rm3:PATH``: BM25 (and RM3) over an existing Lucene index, searched as it is
-    (built by Anserini or Pyserini, e.g. a prebuilt index); queries are analysed with ``settings``' stemmer
+    (built by Anserini or Pyserini, e.g. a prebuilt index); queries are analysed with the options' stemmer
     and stopwords, which must be the ones the index was built with (Anserini's default: porter, stopwords
-    removed). Its document ids must be the dataset's."""
+    removed). Its document ids must be the dataset's. Options: those of ``bm25`` / ``bm25+rm3``."""
     kind, _, location = spec.partition(":")
-    rm3 = RM3(settings.fb_terms, settings.fb_docs, settings.original_query_weight) if kind == "bm25+rm3" else None
-    options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
-    return BM25Retriever(Path(location), settings.k1, settings.b, rm3, settings.threads, external=options)
+    options = settings.options or (RM3Options() if kind == "bm25+rm3" else BM25Options())
+    rm3 = _rm3(options) if kind == "bm25+rm3" else None
+    analysis = LuceneOptions(options.stemmer, options.keep_stopwords)
+    return BM25Retriever(Path(location), options.k1, options.b, rm3, settings.threads, external=analysis)
 
 
-def bm25_first_stage(dataset: Dataset, settings: BM25Settings) -> BM25Retriever:
-    """``bm25``: Lucene BM25 over the dataset's documents (the index is built if missing)."""
-    options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
-    path = build_index(dataset, options, settings.index_root, settings.threads)
-    return BM25Retriever(path, settings.k1, settings.b, None, settings.threads)
+def _rm3(options: RM3Options) -> RM3:
+    return RM3(options.fb_terms, options.fb_docs, options.original_query_weight)
 
 
-def bm25_rm3_first_stage(dataset: Dataset, settings: BM25Settings) -> BM25Retriever:
-    """``bm25+rm3``: BM25 then RM3 query expansion (Lavrenko and Croft's relevance model, pseudo-feedback)."""
-    options = LuceneOptions(settings.stemmer, settings.keep_stopwords)
-    path = build_index(dataset, options, settings.index_root, settings.threads)
-    rm3 = RM3(settings.fb_terms, settings.fb_docs, settings.original_query_weight)
-    return BM25Retriever(path, settings.k1, settings.b, rm3, settings.threads)
+def bm25_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retriever:
+    """``bm25``: Lucene BM25 over the dataset's documents (the index is built if missing); options:
+    :class:`~indexes.options.BM25Options`."""
+    options = settings.options or BM25Options()
+    path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
+                       settings.threads)
+    return BM25Retriever(path, options.k1, options.b, None, settings.threads)
+
+
+def bm25_rm3_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retriever:
+    """``bm25+rm3``: BM25 then RM3 query expansion (Lavrenko and Croft's relevance model, pseudo-feedback);
+    options: :class:`~indexes.options.RM3Options`."""
+    options = settings.options or RM3Options()
+    path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
+                       settings.threads)
+    return BM25Retriever(path, options.k1, options.b, _rm3(options), settings.threads)
+
+
+bm25_first_stage.Options = BM25Options
+bm25_rm3_first_stage.Options = RM3Options

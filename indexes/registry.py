@@ -1,10 +1,13 @@
 """First stages by name: the built-in ones, those added with :func:`register`, and those of installed
 packages' entry points of group ``neural_rerank.first_stages`` (name = "module:factory"). A factory takes
-``(dataset, settings)`` (a :class:`~pipeline.core.datasets.Dataset` and a :class:`~indexes.base.BM25Settings`)
-and returns a :class:`~indexes.base.Retriever`. ``run:PATH`` (a TREC run file) and ``auto`` are forms of the
-command line, not registry entries."""
+``(dataset, settings)`` (a :class:`~pipeline.core.datasets.Dataset` and a
+:class:`~indexes.options.FirstStageSettings` whose ``options`` is an instance of the factory's ``Options``
+dataclass, or ``None`` for its defaults; see :mod:`indexes.options`) and returns a
+:class:`~indexes.base.Retriever`. ``run:PATH`` (a TREC run file) and ``auto`` are forms of the command line,
+not registry entries."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pipeline.core.datasets import Dataset
@@ -13,16 +16,20 @@ from pipeline.core.plugins import Registry
 from pipeline.core.trec import read_run
 
 from .base import BM25Settings, Retriever, RunRetriever
+from .options import FirstStageSettings, NoOptions, stage_options
 
 #: the command line's forms beside the registered names
 SPECIAL_FORMS = ("auto", "run:PATH")
 
 
-def shipped_first_stage(dataset: Dataset, settings: BM25Settings) -> Retriever:
-    """The run that comes with the data (Microblog QL top-1000, DL BM25 top-100)."""
+def shipped_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Retriever:
+    """The run that comes with the data (Microblog QL top-1000, DL BM25 top-100); it takes no options."""
     if not dataset.first_stage:
         raise PipelineError(f"dataset {dataset.name!r} ships no first-stage run; use bm25 or run:PATH")
     return RunRetriever("shipped", dataset.first_stage)
+
+
+shipped_first_stage.Options = NoOptions
 
 
 REGISTRY = Registry("first stage", "neural_rerank.first_stages", {
@@ -30,8 +37,8 @@ REGISTRY = Registry("first stage", "neural_rerank.first_stages", {
     "bm25": "indexes.lucene:bm25_first_stage",
     "bm25+rm3": "indexes.lucene:bm25_rm3_first_stage",
     "bm25s": "indexes.bm25s:bm25s_first_stage",
-    "codes": "indexes.codes:codes_first_stage",
-    "colbert": "indexes.codes:colbert_first_stage",
+    "codes": "indexes.codes.first_stage:codes_first_stage",
+    "colbert": "indexes.codes.first_stage:colbert_first_stage",
     "dense": "indexes.dense:dense_first_stage",
     "hybrid": "indexes.hybrid:hybrid_first_stage",
 })
@@ -80,16 +87,80 @@ def check_first_stage(spec: str) -> None:
                                    [*available(), *(f"{kind}:INDEX" for kind in EXISTING_INDEX_KINDS)]))
 
 
-def make_first_stage(spec: str, dataset: Dataset, settings: BM25Settings | None = None) -> Retriever:
-    """Build the first stage named by ``spec`` (a registered name, ``auto`` or ``run:PATH``) for ``dataset``."""
-    settings = settings or BM25Settings()
+def factory_of(spec: str):
+    """The factory that builds first stage ``spec`` (``auto`` counts as ``bm25``, ``bm25:INDEX`` as
+    ``bm25``); ``None`` for ``run:PATH``, which takes no options. Loads the factory's module (no index).
+
+    Raises:
+        ConfigError: ``spec`` names no first stage.
+    """
+    spec = "bm25" if spec == "auto" else spec
+    if spec.startswith("run:"):
+        return None
+    if ":" in spec and spec.partition(":")[0] in EXISTING_INDEX_KINDS:
+        spec = spec.partition(":")[0]
+    return REGISTRY.load(spec, available())
+
+
+def first_stage_options(spec: str, settings: FirstStageSettings | BM25Settings | None = None):
+    """The checked options of first stage ``spec`` in ``settings`` (an instance of its ``Options``
+    dataclass; ``None``: none given, the defaults apply). Builds nothing.
+
+    Args:
+        spec: a first-stage name as :func:`make_first_stage` takes it (``auto``: checked as ``bm25``).
+        settings: the settings (a legacy :class:`BM25Settings` is converted).
+
+    Returns:
+        The options instance, or ``None``.
+
+    Raises:
+        ConfigError: an option the first stage does not have (with the closest known name) or refuses.
+
+    Example:
+        >>> first_stage_options("bm25", FirstStageSettings({"k1": "1.2"})).k1
+        1.2
+    """
+    settings = as_settings(spec, settings)
+    return stage_options(spec, factory_of(spec), settings)
+
+
+def as_settings(spec: str, settings: FirstStageSettings | BM25Settings | None) -> FirstStageSettings:
+    """``settings`` as a :class:`FirstStageSettings` (a legacy :class:`BM25Settings` gives the options of
+    ``spec``'s kind from its fields)."""
+    if settings is None:
+        return FirstStageSettings()
+    if isinstance(settings, BM25Settings):
+        return settings.for_first_stage(spec.partition(":")[0] if not spec.startswith("run:") else spec)
+    return settings
+
+
+def make_first_stage(spec: str, dataset: Dataset, settings: FirstStageSettings | BM25Settings | None = None
+                     ) -> Retriever:
+    """Build the first stage named by ``spec`` (a registered name, ``auto``, ``run:PATH`` or ``KIND:INDEX``)
+    for ``dataset``, with the options of ``settings`` checked against the first stage's ``Options``.
+
+    Args:
+        spec: the first stage's name.
+        dataset: the dataset it searches.
+        settings: its options and where its indexes go (``None``: the defaults).
+
+    Returns:
+        The first stage (an index is built when missing).
+
+    Example:
+        >>> make_first_stage("bm25", dataset, FirstStageSettings({"k1": 1.2})).search(queries, 10)  # doctest: +SKIP
+    """
     spec = resolve_first_stage(spec, dataset)
     check_first_stage(spec)
+    settings = as_settings(spec, settings)
     if spec.startswith("run:"):
+        stage_options(spec, None, settings)  # a given run takes no options
         path = Path(spec[4:])
         return RunRetriever(f"run:{path.name}", read_run(path, dataset.doc_store(), dataset.queries))
+    factory = factory_of(spec)
+    settings = dataclasses.replace(settings, options=stage_options(spec, factory, settings))
     if ":" in spec and spec.partition(":")[0] in EXISTING_INDEX_KINDS:
         from .lucene import existing_index_first_stage
 
         return existing_index_first_stage(spec, settings)
-    return REGISTRY.load(spec, available())(dataset, settings)
+    return factory(dataset, settings)

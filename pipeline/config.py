@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from indexes import BM25Settings, check_first_stage
+from indexes import FirstStageSettings, check_first_stage, first_stage_options
 from indexes import available as first_stage_names
 from rerankers import available as reranker_names
 
@@ -39,11 +39,15 @@ STEMMERS = ("porter", "krovetz", "none")
 GENERAL = "general"
 TRAINING = "re-ranker training (when no cached model exists)"
 SCORING = "re-ranker scoring (changes no trained model and no cache key)"
-LUCENE = "BM25 / RM3"
+FIRST_STAGE = "first-stage options"
+LUCENE = "first-stage option aliases: BM25 / RM3 (each is --fs-set NAME=VALUE for the first stages that have it)"
 CODE_FIRST_STAGES = ("codes", "colbert")
-CODES = "learned token codes (--first-stage codes / colbert)"
+CODES = "first-stage option aliases: learned token codes (--first-stage codes / colbert)"
 DENSE_FIRST_STAGES = ("dense", "hybrid")
-DENSE = "dense and hybrid first stages (--first-stage dense / hybrid)"
+DENSE = "first-stage option aliases: dense and hybrid (--first-stage dense / hybrid)"
+#: the first-stage options the BM25 / RM3 alias flags set: field -> option name
+LUCENE_ALIASES = {"k1": "k1", "b": "b", "fb_terms": "fb_terms", "fb_docs": "fb_docs",
+                  "rm3_weight": "original_query_weight", "stemmer": "stemmer", "keep_stopwords": "keep_stopwords"}
 
 
 def option(default: Any, help: str | Callable[[], str], group: str = GENERAL, **cli: Any) -> Any:
@@ -144,28 +148,39 @@ class RunConfig:
                             "natively and the re-ranker is a torch model, else float32 (default: auto)", SCORING,
                             metavar="auto|float32|bf16|int8")
 
-    k1: float = option(0.9, "BM25 k1 (default 0.9)", LUCENE)
-    b: float = option(0.4, "BM25 b, in [0, 1] (default 0.4)", LUCENE)
-    fb_terms: int = option(10, "RM3 feedback terms (default 10)", LUCENE)
-    fb_docs: int = option(10, "RM3 feedback documents (default 10)", LUCENE)
-    rm3_weight: float = option(0.5, "RM3 original query weight, in [0, 1] (default 0.5)", LUCENE)
-    stemmer: str = option("porter", f"index and query stemmer: {', '.join(STEMMERS)} (default: porter)", LUCENE)
-    keep_stopwords: bool = option(False, "index and match stopwords", LUCENE)
+    first_stage_overrides: tuple[str, ...] = option(
+        (), "an option of the first stage, a field of its options dataclass, e.g. --fs-set k1=1.2 (bm25), "
+        "--fs-set index_type=hnsw (dense), --fs-set fusion=rrf --fs-set dense.encoder=DIR (hybrid), --fs-set "
+        "dim=512 (codes); an unknown name is refused with the closest known one (repeatable; "
+        "docs/first-stages.md lists every first stage's options)", FIRST_STAGE, flag="--fs-set",
+        metavar="NAME=VALUE")
+
+    k1: float = option(0.9, "BM25 k1 (default 0.9); alias of --fs-set k1=K1", LUCENE)
+    b: float = option(0.4, "BM25 b, in [0, 1] (default 0.4); alias of --fs-set b=B", LUCENE)
+    fb_terms: int = option(10, "RM3 feedback terms (default 10); alias of --fs-set fb_terms=N", LUCENE)
+    fb_docs: int = option(10, "RM3 feedback documents (default 10); alias of --fs-set fb_docs=N", LUCENE)
+    rm3_weight: float = option(0.5, "RM3 original query weight, in [0, 1] (default 0.5); alias of --fs-set "
+                               "original_query_weight=W", LUCENE)
+    stemmer: str = option("porter", f"index and query stemmer: {', '.join(STEMMERS)} (default: porter); alias "
+                          "of --fs-set stemmer=NAME", LUCENE)
+    keep_stopwords: bool = option(False, "index and match stopwords; alias of --fs-set keep_stopwords=true", LUCENE)
     code_overrides: tuple[str, ...] = option(
-        (), "option of the codes / colbert first stage's index, a field of indexes.codes.CodeOptions, e.g. "
-        "--code-set dim=512 --code-set hash_head=lsh (repeatable; python -m pipeline.index --help lists them)",
-        CODES, flag="--code-set", metavar="NAME=VALUE")
+        (), "alias of --fs-set NAME=VALUE for --first-stage codes / colbert (a field of indexes.codes.CodeOptions,"
+        " e.g. --code-set dim=512 --code-set hash_head=lsh; repeatable; python -m pipeline.index --help lists "
+        "them)", CODES, flag="--code-set", metavar="NAME=VALUE")
     dense_overrides: tuple[str, ...] = option(
-        (), "option of the dense first stage (also hybrid's dense half), a field of indexes.dense.DenseOptions, "
-        "e.g. --dense-set encoder=DIR --dense-set index_type=hnsw (repeatable; docs/first-stages.md lists them)",
-        DENSE, flag="--dense-set", metavar="NAME=VALUE")
+        (), "alias of --fs-set NAME=VALUE for --first-stage dense and of --fs-set dense.NAME=VALUE for hybrid (a "
+        "field of indexes.dense.DenseOptions, e.g. --dense-set encoder=DIR --dense-set index_type=hnsw; "
+        "repeatable)", DENSE, flag="--dense-set", metavar="NAME=VALUE")
     hybrid_overrides: tuple[str, ...] = option(
-        (), "option of --first-stage hybrid, a field of indexes.hybrid.HybridOptions, e.g. --hybrid-set "
-        "fusion=rrf --hybrid-set weight=0.3 (repeatable)", DENSE, flag="--hybrid-set", metavar="NAME=VALUE")
+        (), "alias of --fs-set NAME=VALUE for --first-stage hybrid (a field of indexes.hybrid.HybridOptions, e.g. "
+        "--hybrid-set fusion=rrf --hybrid-set weight=0.3; repeatable)", DENSE, flag="--hybrid-set",
+        metavar="NAME=VALUE")
 
     def __post_init__(self) -> None:
         # normalise what the command line and callers give in looser types (a list of --set items, a str path)
         object.__setattr__(self, "overrides", tuple(self.overrides or ()))
+        object.__setattr__(self, "first_stage_overrides", tuple(self.first_stage_overrides or ()))
         object.__setattr__(self, "code_overrides", tuple(self.code_overrides or ()))
         object.__setattr__(self, "dense_overrides", tuple(self.dense_overrides or ()))
         object.__setattr__(self, "hybrid_overrides", tuple(self.hybrid_overrides or ()))
@@ -224,6 +239,11 @@ class RunConfig:
             if self.first_stage != "hybrid":
                 raise ConfigError(f"--hybrid-set applies to --first-stage hybrid, not {self.first_stage!r}")
             self.hybrid_options()
+        if self.first_stage_overrides:
+            try:
+                first_stage_options(self.first_stage, self.first_stage_settings())
+            except ConfigError as error:
+                raise ConfigError(f"--fs-set: {error}") from None
 
     def dense_options(self):
         """The :class:`indexes.dense.DenseOptions` of ``--dense-set`` (``None`` when none is given: the
@@ -265,12 +285,26 @@ class RunConfig:
         """Whether a re-ranker is asked for (``--reranker`` other than ``none``)."""
         return self.reranker != "none"
 
-    def first_stage_settings(self) -> BM25Settings:
-        """The first stage's options (Lucene analysis, BM25 and RM3 parameters)."""
-        return BM25Settings(k1=self.k1, b=self.b, fb_terms=self.fb_terms, fb_docs=self.fb_docs,
-                            original_query_weight=self.rm3_weight, stemmer=self.stemmer,
-                            keep_stopwords=self.keep_stopwords, codes=self.code_options(),
-                            dense=self.dense_options(), hybrid=self.hybrid_options())
+    def first_stage_settings(self) -> FirstStageSettings:
+        """The first stage's options: ``--fs-set`` and the alias flags (``--code-set``, ``--dense-set``,
+        ``--hybrid-set`` as ``--fs-set``; the BM25 / RM3 flags that are not at their defaults for the first
+        stages that have those options), checked against the first stage when it is built
+        (:func:`indexes.make_first_stage`) or asked for (:func:`indexes.first_stage_options`).
+
+        Example:
+            >>> RunConfig(first_stage="hybrid", dense_overrides=("index_type=hnsw",)).first_stage_settings().options
+            {'dense.index_type': 'hnsw'}
+        """
+        options: dict[str, str] = {}
+        options.update(parse_overrides(self.code_overrides, flag="--code-set"))
+        prefix = "dense." if self.first_stage == "hybrid" else ""
+        options.update({prefix + name: value
+                        for name, value in parse_overrides(self.dense_overrides, flag="--dense-set").items()})
+        options.update(parse_overrides(self.hybrid_overrides, flag="--hybrid-set"))
+        options.update(parse_overrides(self.first_stage_overrides, flag="--fs-set"))
+        aliases = {name: getattr(self, field_name) for field_name, name in LUCENE_ALIASES.items()
+                   if getattr(self, field_name) != RunConfig.__dataclass_fields__[field_name].default}
+        return FirstStageSettings(options=options, aliases=aliases)
 
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> "RunConfig":

@@ -1,7 +1,7 @@
 """Names of a run's files: the default run name (dataset, split, first stage, re-ranker) and the parts that
 keep the runs of different settings apart, so that one setting never overwrites another's run: the first
-stage's options when not the defaults (``-stem.none``, ``-k1.1.2-b.0.75``, ``-fb20x10w0.5``,
-``-codes.<hash>``), the training options (``-seed1``, ``-3fold``, ``-set.<hash>`` for ``--set``/``--config``),
+stage's options when not the defaults (readable for analysis, BM25 and RM3: ``-stem.none``, ``-stopwords``,
+``-k1.1.2-b.0.75``, ``-fb20x10w0.5``; ``-opts.<hash>`` of every other option, :mod:`indexes.options`), the training options (``-seed1``, ``-3fold``, ``-set.<hash>`` for ``--set``/``--config``),
 ``-model.<name>.<hash>`` for ``--model`` (its file or folder name, or hub id, and a hash of where it is, so two
 models never share a run), and ``-alone``, ``-interp<W>``, ``-top<D>``, ``-int8``. A ``run:PATH`` first stage is
 named after the file."""
@@ -11,7 +11,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from .config import CODE_FIRST_STAGES, RUN_NAME_CHARACTERS, RunConfig
+from indexes import first_stage_options
+from indexes.options import changed_options
+
+from .config import RUN_NAME_CHARACTERS, RunConfig
+from .core.errors import ConfigError
 from .core.names import safe_name
 
 #: the options whose defaults add nothing to a name
@@ -27,29 +31,41 @@ def _short_hash(value) -> str:
 
 
 def first_stage_label(config: RunConfig | None, first_stage: str) -> str:
-    """The first stage's part of a run name: ``run:PATH`` as ``run-<file stem>``; an index-built first stage
-    with the options that differ from the defaults."""
+    """The first stage's part of a run name: ``run:PATH`` as ``run-<file stem>``; a first stage with the
+    options that differ from its defaults (the first stage's own options dataclass, so that a changed option
+    always changes the name): analysis, BM25 and RM3 readably, every other option as ``opts.<hash>``.
+
+    Raises:
+        ConfigError: an option the first stage does not have (``--fs-set``), before any work.
+    """
     if first_stage.startswith("run:"):
         return "run-" + safe_name(Path(first_stage[4:]).stem, keep=RUN_NAME_CHARACTERS)
-    if ":" in first_stage:  # bm25:INDEX: an existing index, named after its folder
-        kind, _, location = first_stage.partition(":")
-        first_stage = f"{kind}-index.{safe_name(Path(location).name, keep=RUN_NAME_CHARACTERS)}"
+    spec, pool = (first_stage[:-len("-pool")], "-pool") if first_stage.endswith("-pool") else (first_stage, "")
+    if ":" in spec:  # bm25:INDEX: an existing index, named after its folder
+        kind, _, location = spec.partition(":")
+        first_stage = f"{kind}-index.{safe_name(Path(location).name, keep=RUN_NAME_CHARACTERS)}{pool}"
     if config is None:
         return first_stage
+    try:
+        changed = changed_options(first_stage_options(spec, config.first_stage_settings()))
+    except ConfigError as error:
+        raise ConfigError(f"--fs-set: {error}") from None
     parts = [first_stage]
-    base = first_stage.split("-")[0]
-    if base in ("bm25", "bm25+rm3"):
-        if config.stemmer != _default("stemmer"):
-            parts.append(f"stem.{config.stemmer}")
-        if config.keep_stopwords:
-            parts.append("stopwords")
-        if (config.k1, config.b) != (_default("k1"), _default("b")):
-            parts.append(f"k1.{config.k1:g}-b.{config.b:g}")
-        if base == "bm25+rm3" and (config.fb_terms, config.fb_docs, config.rm3_weight) != (
-                _default("fb_terms"), _default("fb_docs"), _default("rm3_weight")):
-            parts.append(f"fb{config.fb_terms}x{config.fb_docs}w{config.rm3_weight:g}")
-    if base in CODE_FIRST_STAGES and config.code_overrides:
-        parts.append(f"codes.{_short_hash(sorted(config.code_overrides))}")
+    if "stemmer" in changed:
+        parts.append(f"stem.{changed.pop('stemmer')}")
+    if changed.pop("keep_stopwords", False):
+        parts.append("stopwords")
+    if "k1" in changed or "b" in changed:
+        options = first_stage_options(spec, config.first_stage_settings())
+        changed.pop("k1", None), changed.pop("b", None)
+        parts.append(f"k1.{options.k1:g}-b.{options.b:g}")
+    if {"fb_terms", "fb_docs", "original_query_weight"} & set(changed):
+        options = first_stage_options(spec, config.first_stage_settings())
+        for name in ("fb_terms", "fb_docs", "original_query_weight"):
+            changed.pop(name, None)
+        parts.append(f"fb{options.fb_terms}x{options.fb_docs}w{options.original_query_weight:g}")
+    if changed:
+        parts.append(f"opts.{_short_hash(changed)}")
     return "-".join(parts)
 
 

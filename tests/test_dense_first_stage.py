@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from indexes import BM25Settings, RunRetriever, make_first_stage
+from indexes import BM25Settings, RunRetriever, first_stage_options, make_first_stage
 from indexes.dense import (
     FAISS_FILE, DOC_IDS_FILE, DenseOptions, DenseRetriever, TextEncoder, build_dense_index, dense_index_path,
 )
@@ -132,10 +132,14 @@ def test_damaged_index_is_a_clear_error(tiny_encoder, dataset, tmp_path):
 def test_options_from_the_command_line(tiny_encoder):
     config = RunConfig(first_stage="hybrid", dense_overrides=("encoder=" + tiny_encoder, "index_type=hnsw"),
                        hybrid_overrides=("fusion=rrf", "weight=none", "rrf_k=10"))
-    settings = config.first_stage_settings()
-    assert settings.dense == DenseOptions(encoder=tiny_encoder, index_type="hnsw")
-    assert settings.hybrid == HybridOptions(fusion="rrf", weight=None, rrf_k=10)
-    assert RunConfig(first_stage="dense").first_stage_settings().dense is None  # the defaults
+    options = first_stage_options("hybrid", config.first_stage_settings())
+    assert options.dense == DenseOptions(encoder=tiny_encoder, index_type="hnsw")
+    assert options.fusion_options() == HybridOptions(fusion="rrf", weight=None, rrf_k=10)
+    # the aliases are --fs-set with the dense half's options under dense.
+    scoped = RunConfig(first_stage="hybrid", first_stage_overrides=(
+        "dense.encoder=" + tiny_encoder, "dense.index_type=hnsw", "fusion=rrf", "weight=none", "rrf_k=10"))
+    assert first_stage_options("hybrid", scoped.first_stage_settings()) == options
+    assert first_stage_options("dense", RunConfig(first_stage="dense").first_stage_settings()) is None  # defaults
     for kwargs, message in [
         ({"first_stage": "bm25", "dense_overrides": ("index_type=hnsw",)}, "--dense-set applies to --first-stage"),
         ({"first_stage": "dense", "hybrid_overrides": ("fusion=rrf",)}, "--hybrid-set applies to --first-stage hybrid"),
