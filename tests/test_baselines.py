@@ -3,6 +3,7 @@
 import importlib
 import math
 import random
+from functools import partial
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from rerankers.knrm import ConvKNRMConfig, ConvKNRMModel, ConvKNRMReranker, KNRM
 from rerankers.matchpyramid import MatchPyramidConfig, MatchPyramidModel, MatchPyramidReranker
 from rerankers.blocks import cosine_matrix, gaussian_kernel_pooling, masked_dynamic_max_pool2d, matching_histogram
 from rerankers.neural import WordReranker
+from tests import helpers
 from tests.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 VOCAB, EMBED = 40, 12
@@ -108,11 +110,8 @@ def test_forward_gives_one_finite_score_per_pair(variant):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_padding_never_changes_a_score(variant):
     model = make_model(variant).eval()
-    queries, docs, idfs = random_pairs(6, seed=2)
-    with torch.no_grad():
-        alone = torch.cat([call(model, pad_batch([q], [d], [w], garbage=False)) for q, d, w in zip(queries, docs, idfs)])
-        batched = call(model, pad_batch(queries, docs, idfs, extra_q=3, extra_d=9))
-    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+    helpers.assert_padding_never_changes_a_score(partial(call, model), pad_batch, random_pairs(6, seed=2),
+                                                 garbage_alone=False)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -1,6 +1,7 @@
 """Tests for rerankers.hcan: shapes, masking, phrase conventions, eq. 1, learning."""
 
 import itertools
+from functools import partial
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from rerankers.hcan import (
     hcan_query_phrases,
     relevance_matching_features,
 )
+from tests import helpers
 
 VOCAB, EMBED = 50, 12
 COMBOS = list(itertools.product(["deep", "wide", "contextual"], ["rm", "sm", "full"]))
@@ -78,13 +80,8 @@ def test_padding_never_changes_a_score(encoder, matching):
     config = small_config(encoder, matching)
     model = make_model(config).eval()
     levels = config.num_layers + 1
-    queries, docs, idfs = random_pairs(5, levels, seed=2)
-    with torch.no_grad():
-        alone = torch.cat([
-            model(*pad_batch([q], [d], [w], levels)) for q, d, w in zip(queries, docs, idfs)
-        ])
-        batched = model(*pad_batch(queries, docs, idfs, levels, extra_q=2, extra_d=7))
-    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+    helpers.assert_padding_never_changes_a_score(lambda batch: model(*batch), partial(pad_batch, num_levels=levels),
+                                                 random_pairs(5, levels, seed=2), extra_q=2, extra_d=7)
 
 
 @pytest.mark.parametrize("encoder", ["deep", "wide", "contextual"])

@@ -182,11 +182,8 @@ def test_forward_shapes_and_finite_scores(bidirectional):
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_padding_never_changes_a_score(bidirectional):
     model = make_model(bidirectional).eval()
-    queries, docs = random_pairs(6, seed=2)
-    with torch.no_grad():
-        alone = torch.cat([model(*pad_batch([q], [d], garbage=False)) for q, d in zip(queries, docs)])
-        batched = model(*pad_batch(queries, docs, extra_q=3, extra_d=9))
-    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+    helpers.assert_padding_never_changes_a_score(lambda batch: model(*batch), pad_batch, random_pairs(6, seed=2),
+                                                 garbage_alone=False)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])

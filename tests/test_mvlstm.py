@@ -53,11 +53,7 @@ def test_forward_shapes_and_finite_scores(attention, interaction):
 def test_padding_never_changes_a_score(attention, interaction):
     # top_k=7 exceeds the real cells of some pairs (1x1 .. 6x12), so the zero-filled slots are exercised
     model = make_model(small_config(attention=attention, interaction=interaction)).eval()
-    queries, docs = random_pairs(6, seed=2)
-    with torch.no_grad():
-        alone = torch.cat([model(*pad_batch([q], [d])) for q, d in zip(queries, docs)])
-        batched = model(*pad_batch(queries, docs, extra_q=3, extra_d=9))
-    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+    helpers.assert_padding_never_changes_a_score(lambda batch: model(*batch), pad_batch, random_pairs(6, seed=2))
 
 
 def test_attention_gate_is_eq4_softmax_over_real_tokens():
