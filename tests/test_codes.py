@@ -407,16 +407,48 @@ def test_pruned_search_keeps_candidates_only_and_is_exact_when_deep_enough(built
             assert len(kept) == min(depth, len(candidates)) and set(kept) <= set(candidates.tolist())
             assert kept_before <= set(kept.tolist())                          # a deeper cut keeps the shallower one
             kept_before = set(kept.tolist())
-    # a shallow cut (max(depth, k) = 3 documents scored) returns k documents with their exact scores
-    shallow = CodeRetriever(built[kind], k_prime=8, rescore_depth=2).search(queries, 3)
+    # a cut shallower than k: the depth best by estimate are scored exactly and come first, the rest of the top k
+    # (the same documents as with depth k) follow below them in estimated order
+    shallow = CodeRetriever(built[kind], k_prime=8, rescore_depth=2).search(queries, 4)
+    as_deep_as_k = CodeRetriever(built[kind], k_prime=8, rescore_depth=4).search(queries, 4)
     full = exact.search(queries, 64)
-    for query_id, hits in shallow.items():
-        scores = {h.doc_id: h.score for h in full[query_id]}
-        assert len(hits) == 3 and all(abs(scores[h.doc_id] - h.score) < 1e-5 for h in hits)
+    for query, vectors in zip(queries, exact.encode_queries([q.text for q in queries])):
+        hits = shallow[query.query_id]
+        scores = {h.doc_id: h.score for h in full[query.query_id]}
+        assert len(hits) == 4 and all(abs(scores[h.doc_id] - h.score) < 1e-5 for h in hits[:2])
+        assert {h.doc_id for h in hits} == {h.doc_id for h in as_deep_as_k[query.query_id]}
+        found, estimates = exact.approximate_scores(*exact.neighbours(vectors))
+        by_estimate = [exact.doc_id(int(d)) for d in found[np.lexsort((found, -estimates))]]
+        assert {h.doc_id for h in hits[:2]} == set(by_estimate[:2])
+        assert [h.doc_id for h in hits[2:]] == by_estimate[2:4]
+        assert hits[1].score > hits[2].score > hits[3].score or by_estimate[2:4] == sorted(by_estimate[2:4])
+    with pytest.raises(PipelineError, match="unknown query_precision"):
+        CodeRetriever(built[kind], query_precision="int4")
+    with pytest.raises(PipelineError, match="unknown query_precision"):
+        CodeOptions(query_precision="bf16")
     with pytest.raises(PipelineError, match="rescore_depth must be >= 0"):
         CodeRetriever(built[kind], rescore_depth=-1)
     with pytest.raises(PipelineError, match="rescore_depth must be >= 0"):
         CodeOptions(rescore_depth=-1)
+
+
+@pytest.mark.parametrize("kind", ["codes", "colbert"])
+def test_int8_query_encoder_is_quantized_and_close_to_float(built, dataset, kind):
+    queries = list(dataset.queries.values())
+    plain = CodeRetriever(built[kind], k_prime=8)
+    int8 = CodeRetriever(built[kind], k_prime=8, query_precision="int8")
+    assert plain.query_precision == "float32" and int8.query_precision == "int8"
+    linear = [type(m).__module__ for m in int8.model.transformer.modules() if "Linear" in type(m).__name__]
+    assert linear and all("quantized" in name for name in linear)                  # every Linear is int8
+    assert not any("quantized" in type(m).__module__ for m in plain.model.modules())
+    assert "quantized" not in type(int8.model.project).__module__                    # the projection stays float
+    texts = [q.text for q in queries]
+    for a, b in zip(plain.encode_queries(texts), int8.encode_queries(texts)):
+        assert a.shape == b.shape and not np.array_equal(a, b)
+        assert np.min(np.sum(a * b, axis=1)) > 0.9                                   # unit vectors, nearly the same
+    plain_run, int8_run = plain.search(queries, 5), int8.search(queries, 5)
+    overlap = np.mean([len({h.doc_id for h in plain_run[q]} & {h.doc_id for h in int8_run[q]}) / 5 for q in plain_run])
+    assert overlap >= 0.6
 
 
 def test_approximate_scores_by_hand(built):

@@ -243,6 +243,8 @@ class ListVectors:
         self.dtype = np.dtype(np.uint8 if binary else np.float32)
         self.code_size = self.width * self.dtype.itemsize
         self.data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
+        self._rows = np.lib.stride_tricks.sliding_window_view(self.data, self.code_size) if len(self.data) \
+            else np.zeros((0, self.code_size), dtype=np.uint8)
         self.ranks = np.load(folder / RANKS_FILE, mmap_mode="r")
         table = np.load(folder / LISTS_FILE)
         self.list_offsets = table[:, 0]
@@ -260,7 +262,8 @@ class ListVectors:
         ranks = np.asarray(self.ranks[rows], dtype=np.int64)
         lists = np.searchsorted(self.list_starts, ranks, side="right") - 1
         starts = self.list_offsets[lists] + (ranks - self.list_starts[lists]) * self.code_size
-        raw = self.data[starts[..., None] + np.arange(self.code_size)]
+        # one row gather on a window view (row i: bytes i .. i + code_size) instead of a byte index per byte
+        raw = self._rows[starts.ravel()]
         return raw.view(self.dtype).reshape(*rows.shape, self.width)
 
     def __array__(self, dtype=None, copy=None):

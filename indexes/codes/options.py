@@ -36,6 +36,9 @@ DOC_ID_OFFSETS_FILE = "doc_id_offsets.npy"  # format 2: id d is bytes offsets[d]
 INDEX_FORMAT = 2
 #: documents re-scored exactly per query by default (the best by their score estimated from the kNN step)
 RESCORE_DEPTH = 256
+#: arithmetic of the query encoder at search time: float32, or int8 (CPU, dynamically quantized transformer)
+QUERY_PRECISIONS = ("float32", "int8")
+QUERY_PRECISION = "float32"
 ENCODER_FILE = "encoder.pt"
 ENCODER_META = "encoder.json"
 SHARD_MANIFEST = "manifest.json"
@@ -96,8 +99,10 @@ class CodeOptions:
     k_prime: int = code_option(256, "neighbours per query token at search time", compare=False)
     ivf_nprobe: int = code_option(16, "ivf: lists visited per query token at search time", compare=False)
     rescore_depth: int = code_option(RESCORE_DEPTH, "documents per query re-scored by exact MaxSim: the best "
-                                     "by a score estimated from the kNN results (at least k; 0: every candidate)",
-                                     compare=False)
+                                     "by a score estimated from the kNN results; the rest of the top k follow in "
+                                     "estimated order (0: every candidate)", compare=False)
+    query_precision: str = code_option(QUERY_PRECISION, "query encoder at search time: float32 | int8 (CPU: "
+                                       "faster, scores change slightly)", compare=False)
     mmap: bool = code_option(True, "ivf: search the index and its vectors memory-mapped from disk", cli=False,
                              compare=False)
     shard_size: int = code_option(1024, "documents per resumable shard", compare=False)
@@ -137,6 +142,9 @@ class CodeOptions:
                 raise PipelineError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.rescore_depth < 0:
             raise PipelineError(f"rescore_depth must be >= 0 (0: re-score every candidate), got {self.rescore_depth}")
+        if self.query_precision not in QUERY_PRECISIONS:
+            raise PipelineError(f"unknown query_precision {self.query_precision!r}; expected one of "
+                                f"{', '.join(QUERY_PRECISIONS)}")
         if self.ivf_nlist < 0:
             raise PipelineError(f"ivf_nlist must be >= 0 (0: automatic), got {self.ivf_nlist}")
         for name in ("batch_size", "max_query_length", "max_doc_length", "k_prime", "shard_size", "ivf_nprobe",

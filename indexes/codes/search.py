@@ -26,9 +26,14 @@ from .build import (
 from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint
 from .model import _autocast, _set_threads, pack_codes, tokenize, unpack_codes
-from .options import CodeOptions, ENCODER_FILE, FAISS_FILE, GPU_MAX_K, RESCORE_DEPTH
+from .options import (
+    CodeOptions, ENCODER_FILE, FAISS_FILE, GPU_MAX_K, QUERY_PRECISION, QUERY_PRECISIONS, RESCORE_DEPTH,
+)
 
 log = logging.getLogger(__name__)
+
+#: how far below the last exactly scored document the first estimated one of the tail is placed
+TAIL_GAP = 1e-3
 
 
 def _gpu_index(index, binary: bool):
@@ -67,17 +72,40 @@ def _stored_vectors(index, binary: bool, count: int, width: int) -> np.ndarray:
     return faiss.rev_swig_ptr(pointer, count * width).reshape(count, width)
 
 
+def _quantize_query_encoder(model, device) -> str:
+    """Make ``model``'s transformer int8 (``torch.ao.quantization.quantize_dynamic`` on its ``nn.Linear``
+    layers: int8 weights, each input quantized at run time) for encoding queries on the CPU; the projection
+    stays float. Why: a query is a handful of tokens, so the forward pass reads the transformer's weights
+    more than it computes, and int8 weights are a quarter of the bytes. Returns the precision in effect
+    (``float32`` on a GPU, where quantized kernels do not exist)."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    if torch.device(device).type != "cpu":
+        log.info("query_precision int8 is a CPU path; queries are encoded in float on %s", device)
+        return "float32"
+    with warnings.catch_warnings():  # torch 2.13 announces eager quantization's move to torchao (not installed)
+        warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=DeprecationWarning)
+        model.transformer = quantize_dynamic(model.transformer, {torch.nn.Linear}, dtype=torch.qint8)
+    return "int8"
+
+
 class CodeRetriever:
     """Search a code index built by :func:`build_code_index` (``search(queries, k) -> Run``).
 
     Each query token's ``k_prime`` nearest vectors (Hamming distance between the query's sign pattern and
-    the codes, or inner product between normalised vectors) name the candidate documents; candidates are
-    ranked by exact MaxSim between the query's real-valued token vectors and all their token vectors.
+    the codes, or inner product between normalised vectors) name the candidate documents; the
+    ``rescore_depth`` candidates with the best MaxSim estimated from those neighbours are ranked by exact
+    MaxSim between the query's real-valued token vectors and all their token vectors, and the rest of the
+    top ``k`` follow below them in estimated order. ``query_precision="int8"`` encodes queries with an
+    int8 transformer (CPU; faster, scores change slightly).
     """
 
     def __init__(self, path: Path, k_prime: int = 256, batch_size: int = 32, device: str = "auto",
                  threads: int | None = None, gpu: bool = True, nprobe: int = 16, mmap: bool = True,
-                 rescore_depth: int = RESCORE_DEPTH):
+                 rescore_depth: int = RESCORE_DEPTH, query_precision: str = QUERY_PRECISION):
         import faiss
 
         from pipeline.core.runtime import resolve_device
@@ -90,6 +118,9 @@ class CodeRetriever:
             raise PipelineError(f"k_prime must be positive, got {k_prime}")
         if rescore_depth < 0:
             raise PipelineError(f"rescore_depth must be >= 0 (0: re-score every candidate), got {rescore_depth}")
+        if query_precision not in QUERY_PRECISIONS:
+            raise PipelineError(f"unknown query_precision {query_precision!r}; expected one of "
+                                f"{', '.join(QUERY_PRECISIONS)}")
         _set_threads(threads)
         self.path, self.k_prime, self.batch_size, self.rescore_depth = path, k_prime, batch_size, rescore_depth
         self.meta = index_metadata(path)
@@ -98,6 +129,9 @@ class CodeRetriever:
         self.binary = self.kind == "codes"
         self.device = resolve_device(device)
         self.tokenizer, self.model, opts = load_encoder_checkpoint(path / ENCODER_FILE, self.device)
+        self.query_precision = query_precision
+        if query_precision == "int8":
+            self.query_precision = _quantize_query_encoder(self.model, self.device)
         self.dim = opts["dim"]
         self.max_query_length = opts["query_max_length"]
         self.doc_ids = DocIds.open(path, self.meta)
@@ -249,7 +283,23 @@ class CodeRetriever:
         order = np.lexsort((found, -approximate))[:depth]
         return np.sort(found[order])
 
-    def _ranking(self, query: Query, vectors: np.ndarray, docs: np.ndarray, k: int) -> list[ScoredDoc]:
+    def split_candidates(self, query_vectors: np.ndarray, depth: int, k: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(exact, tail, estimates)``: the ``depth`` best kNN candidates by :meth:`approximate_scores`
+        (sorted doc numbers, to be scored exactly; every candidate when ``depth <= 0``), then the next ones
+        in estimated order, up to ``k`` candidates in all, and their estimated scores."""
+        empty = np.zeros(0, dtype=np.int64)
+        if len(query_vectors) == 0:
+            return empty, empty, np.zeros(0, dtype=np.float32)
+        found, approximate = self.approximate_scores(*self.neighbours(query_vectors))
+        if depth <= 0 or len(found) <= depth:
+            return found, empty, np.zeros(0, dtype=np.float32)
+        order = np.lexsort((found, -approximate))
+        tail = order[depth:max(k, depth)]
+        return np.sort(found[order[:depth]]), found[tail], approximate[tail]
+
+    def _ranking(self, query: Query, vectors: np.ndarray, docs: np.ndarray, k: int,
+                 tail: tuple[np.ndarray, np.ndarray] | None = None) -> list[ScoredDoc]:
         if len(docs) == 0:
             return []
         scores = self.maxsim_scores(vectors, docs)
@@ -257,30 +307,40 @@ class CodeRetriever:
         if len(top) > k:  # a tie at the cut is settled by doc id, as when every candidate is sorted
             cut = scores[top[k - 1]]
             top = top[scores[top] >= cut]
-        hits = sorted(((float(scores[i]), self.doc_id(int(docs[i]))) for i in top), key=lambda h: (-h[0], h[1]))
-        return [ScoredDoc(query.query_id, doc_id, score) for score, doc_id in hits[:k]]
+        hits = sorted(((float(scores[i]), self.doc_id(int(docs[i]))) for i in top), key=lambda h: (-h[0], h[1]))[:k]
+        if tail is not None and len(tail[0]) and len(hits) < k:
+            # below the last exact score, spaced as their estimates (an estimate and an exact score are on
+            # different scales: only the order within the tail is the estimates')
+            tail_docs, estimates = tail[0][: k - len(hits)], tail[1][: k - len(hits)]
+            below = hits[-1][0] - (float(estimates[0]) - estimates.astype(np.float64)) - TAIL_GAP
+            hits += sorted(((float(score), self.doc_id(int(doc))) for score, doc in zip(below, tail_docs)),
+                           key=lambda h: (-h[0], h[1]))
+        return [ScoredDoc(query.query_id, doc_id, score) for score, doc_id in hits]
 
     def search(self, queries: Iterable[Query], k: int = 1000, exhaustive: bool = False) -> Run:
         """Top-``k`` documents for every query (score descending, ties by doc id). ``exhaustive`` scores every
         document instead of the kNN candidates (brute-force MaxSim, for checks).
 
-        Only the ``max(rescore_depth, k)`` candidates with the best :meth:`approximate_scores` are scored
-        exactly (``rescore_depth`` 0: every candidate)."""
+        Only the ``rescore_depth`` candidates with the best :meth:`approximate_scores` are scored exactly
+        (``rescore_depth`` 0: every candidate); when that is fewer than ``k``, the next candidates by estimate
+        follow below the exactly scored ones (see :meth:`split_candidates`), so the top ``k`` are the same
+        documents as with ``rescore_depth = k``, only ordered by estimate below the cut."""
         from tqdm.auto import tqdm
 
         queries = list(queries)
         run: Run = {}
-        depth = max(self.rescore_depth, k) if self.rescore_depth > 0 else 0
+        depth = self.rescore_depth
         with tqdm(total=len(queries), desc=f"{self.name} search", unit="query",
                   **progress_switch(len(queries) >= 64)) as bar:
             for start in range(0, len(queries), self.batch_size):
                 chunk = queries[start : start + self.batch_size]
                 for query, vectors in zip(chunk, self.encode_queries([q.text for q in chunk])):
+                    tail = None
                     if exhaustive:
                         docs = np.flatnonzero(np.diff(self.offsets) > 0)
                     else:
-                        docs = self.pruned_candidates(vectors, depth)
-                    run[query.query_id] = self._ranking(query, vectors, docs, k)
+                        docs, *tail = self.split_candidates(vectors, depth, k)
+                    run[query.query_id] = self._ranking(query, vectors, docs, k, tail)
                 bar.update(len(chunk))
         return run
 
@@ -300,7 +360,8 @@ def _code_first_stage(kind: str, dataset: Dataset, settings: BM25Settings) -> "C
     if path is None:
         path = build_code_index(dataset, options, settings.index_root)
     return CodeRetriever(path, k_prime=options.k_prime, device=options.device, threads=options.threads,
-                         nprobe=options.ivf_nprobe, mmap=options.mmap, rescore_depth=options.rescore_depth)
+                         nprobe=options.ivf_nprobe, mmap=options.mmap, rescore_depth=options.rescore_depth,
+                         query_precision=options.query_precision)
 
 
 def codes_first_stage(dataset: Dataset, settings: BM25Settings) -> "CodeRetriever":
