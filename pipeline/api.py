@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .core.errors import CheckpointError, ConfigError, PipelineError
+from .core.errors import ConfigError, PipelineError
 from .core.records import Doc, Query
 
 #: keys a document dict may give its id and its text under (first found wins)
@@ -46,8 +46,6 @@ ID_KEYS = ("id", "doc_id", "docno", "_id")
 TEXT_KEYS = ("text", "contents", "body", "document")
 #: the keyword options of :meth:`Reranker.load` (scoring settings, not model options)
 SCORING_OPTIONS = ("batch_size", "threads", "bf16", "int8", "precision")
-#: the sentence encoder the bi-encoder uses zero-shot when no model is given (packaged with the project)
-DEFAULT_BI_ENCODER = "all-MiniLM-L6-v2"
 
 
 @dataclass(frozen=True)
@@ -167,9 +165,11 @@ class Reranker:
             if precision == "int8":
                 if not callable(getattr(loaded, "quantize_int8", None)):
                     raise ConfigError(f"{loaded.name}: int8 applies to the transformer re-rankers only")
-                loaded.quantize_int8()
-            else:
-                loaded.score_in_bf16()
+            from types import SimpleNamespace
+
+            from .stages import set_scoring_arithmetic  # the one place a precision is applied to a model
+
+            set_scoring_arithmetic(loaded, SimpleNamespace(precision=precision, bf16=False, int8=False))
         return cls(loaded, batch_size=options.get("batch_size"))
 
     # ------------------------------------------------------------------------------------------ scoring
@@ -230,37 +230,9 @@ class Reranker:
         return results if top_k is None else results[:top_k]
 
 
-def _checkpoint_name(path: Path) -> str:
-    """The re-ranker name a checkpoint file records (read with ``weights_only``; no code from the file runs)."""
-    from infra.checkpoints import load_checkpoint
-
-    payload = load_checkpoint(path)
-    name = payload.get("reranker")
-    if not isinstance(name, str) or not name:
-        raise CheckpointError(f"{path}: not a re-ranker checkpoint (it names no re-ranker)")
-    return name
-
-
-def _directory_model(directory: Path) -> Any:
-    """The re-ranker in a directory given alone: an export (its description names the re-ranker), else a
-    Hugging Face model: a sequence classifier as a cross-encoder, any other encoder as a bi-encoder."""
-    from rerankers import reranker_class
-    from rerankers.hf_export import CONFIG_FILES, load_pretrained
-
-    if any((directory / name).is_file() for name in CONFIG_FILES):
-        return load_pretrained(directory)
-    if not (directory / "config.json").is_file():
-        raise CheckpointError(f"{directory}: neither an export of a re-ranker ({', '.join(CONFIG_FILES)}) nor a "
-                              f"Hugging Face model directory (config.json)")
-    from infra.encoders import is_sequence_classifier, pretrained_config
-
-    kind = "cross-encoder" if is_sequence_classifier(pretrained_config(str(directory))) else "bi-encoder"
-    return reranker_class(kind).load(directory)
-
-
 def load_model(name_or_path: str, model: str | None = None) -> Any:
-    """The project's re-ranker object :meth:`Reranker.load` wraps (see there; also used by
-    :func:`pipeline.pyterrier.reranker` without a dataset).
+    """The project's re-ranker object :meth:`Reranker.load` wraps, obtained by
+    :func:`pipeline.obtain.obtain_model` (the one way every command gets its model).
 
     Args:
         name_or_path: a registered re-ranker name, a checkpoint file, or a model directory.
@@ -268,36 +240,19 @@ def load_model(name_or_path: str, model: str | None = None) -> Any:
 
     Returns:
         The loaded re-ranker (``score(Query, [Doc])``, ``score_many``, ...).
+
+    Example:
+        >>> load_model("bi-encoder").name
+        'bi-encoder'
     """
-    from rerankers import REGISTRY, available, reranker_class
+    from rerankers import REGISTRY
 
     from .core.suggest import unknown_name
+    from .obtain import obtain_model
 
     if name_or_path in REGISTRY:
-        cls = reranker_class(name_or_path)
-        if model is None:
-            if name_or_path == "bi-encoder":
-                return cls.load(DEFAULT_BI_ENCODER)
-            trained = "a checkpoint (rerank-train, the model cache) or a rerank-export directory"
-            zero_shot = (" or a Hugging Face sequence-classification model (directory or hub id)"
-                         if name_or_path == "cross-encoder" else "")
-            raise ConfigError(f"re-ranker {name_or_path!r} needs model=: {trained}{zero_shot}")
-        location = Path(model).expanduser()
-        if location.is_file():
-            found = _checkpoint_name(location)
-            if found != name_or_path:
-                raise CheckpointError(f"{model}: holds a {found!r} model, not {name_or_path!r}")
-        return cls.load(str(location) if location.exists() else model)
+        return obtain_model(name_or_path, model).reranker
     if model is not None:
         raise ConfigError(unknown_name("re-ranker", name_or_path, REGISTRY.names())
                           + " (model= goes with a re-ranker name)")
-    location = Path(name_or_path).expanduser()
-    if location.is_file():
-        return reranker_class(_checkpoint_name(location)).load(location)
-    if location.is_dir():
-        return _directory_model(location)
-    if "/" in name_or_path and not name_or_path.startswith((".", "/", "~")):  # a hub id: org/model
-        return reranker_class("cross-encoder").load(name_or_path)
-    raise ConfigError(unknown_name("re-ranker", name_or_path, REGISTRY.names(),
-                                   [n for n in available() if n != "none"])
-                      + "; or give a checkpoint file, a model directory or a Hugging Face hub id")
+    return obtain_model(None, name_or_path).reranker
