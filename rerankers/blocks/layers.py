@@ -143,3 +143,36 @@ def feed_forward(
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
     return nn.Sequential(*layers)
+
+
+def per_distinct_row(encode, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """``encode(ids, mask)`` (a list of ``[B, ...]`` tensors) computed once per distinct row of ``ids`` and
+    ``mask`` and gathered back to every row that holds it: a query repeated over its candidates is encoded
+    once. Only for eval mode, where a row's encoding does not depend on the batch (no dropout).
+
+    Args:
+        encode: maps ``ids`` ``[n, L]`` and ``mask`` ``[n, L]`` to a list of ``[n, ...]`` tensors.
+        ids: ``[B, L]`` long.
+        mask: ``[B, L]`` bool.
+
+    Returns:
+        What ``encode(ids, mask)`` returns (equal values).
+    """
+    if ids.shape[0] > 1:
+        width = ids.shape[1]
+        rows, inverse = torch.unique(torch.cat([ids, mask.long()], dim=1), dim=0, return_inverse=True)
+        if rows.shape[0] < ids.shape[0]:
+            return [level[inverse] for level in encode(rows[:, :width], rows[:, width:].bool())]
+    return encode(ids, mask)
+
+
+def positionwise(function, mask: torch.Tensor | None, *inputs: torch.Tensor) -> torch.Tensor:
+    """``function`` (acting on the last axis only) applied to the real positions of ``inputs`` ``[B, n, *]``
+    (``mask`` ``[B, n]``, True = real) and scattered back to ``[B, n, out]``; padded positions get zeros.
+    Skipping padding saves work, not results; ``mask=None`` applies ``function`` everywhere."""
+    if mask is None:
+        return function(*inputs)
+    packed = function(*(x[mask] for x in inputs))
+    result = packed.new_zeros(*mask.shape, packed.shape[-1])
+    result[mask] = packed
+    return result

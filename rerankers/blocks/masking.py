@@ -121,3 +121,25 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = F
     total = (x * mask.to(x.dtype)).sum(dim=dim, keepdim=keepdim)
     count = mask.sum(dim=dim, keepdim=keepdim).clamp_min(1).to(x.dtype)
     return total / count
+
+
+def masked_softmax_with_null(scores: torch.Tensor, mask: torch.Tensor, dim: int,
+                             null_logit: torch.Tensor) -> torch.Tensor:
+    """:func:`masked_softmax` over ``dim`` with one extra, always real entry holding ``null_logit`` (a "no
+    match" reference, dropped afterwards): the real entries then sum to less than 1 when none beats it.
+
+    Args:
+        scores: ``[..., n, ...]``.
+        mask: bool, shaped like ``scores``.
+        dim: the axis to normalise over.
+        null_logit: a scalar tensor.
+
+    Returns:
+        Tensor shaped like ``scores``; 0 at masked entries.
+    """
+    shape = list(scores.shape)
+    shape[dim] = 1
+    null = null_logit.to(scores.dtype).expand(shape)
+    slot_mask = torch.ones(shape, dtype=torch.bool, device=scores.device)
+    extended = masked_softmax(torch.cat([scores, null], dim), torch.cat([mask, slot_mask], dim), dim)
+    return extended.narrow(dim, 0, scores.shape[dim]) * mask.to(scores.dtype)
