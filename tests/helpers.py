@@ -110,6 +110,13 @@ def assert_padding_never_changes_a_score(score, pad, columns, extra_q=3, extra_d
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
 
 
+def assert_the_loss_falls(report, epochs):
+    """``report`` (a training report) has one loss per epoch, ``epochs`` of them, the last below the first."""
+    losses = [epoch.loss for epoch in report.epochs]
+    assert len(losses) == epochs, losses
+    assert losses[-1] < losses[0], losses
+
+
 def tiny_dataset(words, seed=0, num_queries=16):
     """A synthetic :class:`Dataset` over the vocabulary ``words``, with a first-stage run and one
     ``train`` split.

@@ -214,9 +214,7 @@ def test_tiny_fit_lowers_the_margin_loss(cls, tmp_path):
     assert reranker.train_config.loss == "hinge" and reranker.train_config.margin == 0.1
     assert reranker.model_config.matrix == ("static" if cls is IASMStaticReranker else "dynamic")
     assert not reranker.module.embedding.weight.requires_grad
-    losses = [epoch.loss for epoch in report.epochs]
-    assert len(losses) == 3
-    assert losses[-1] < losses[0]
+    helpers.assert_the_loss_falls(report, epochs=3)
 
 
 def test_save_load_round_trip_and_variance_drop_share(tmp_path):

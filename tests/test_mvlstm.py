@@ -171,9 +171,7 @@ def test_tiny_fit_lowers_the_hinge_loss(cls, tmp_path):
     reranker, report, _ = fitted(cls, tmp_path)
     assert reranker.train_config.loss == "hinge" and reranker.train_config.margin == 1.0
     assert reranker.model_config.attention == ("q" if cls is AMVLSTMReranker else "none")
-    losses = [epoch.loss for epoch in report.epochs]
-    assert len(losses) == 3
-    assert losses[-1] < losses[0]
+    helpers.assert_the_loss_falls(report, epochs=3)
 
 
 def test_save_load_round_trip_gives_identical_scores(tmp_path):
