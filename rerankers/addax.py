@@ -77,7 +77,6 @@ Choices where the paper is vague (each is an option where that is cheap):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -89,7 +88,9 @@ from torch.nn.utils.rnn import pad_sequence
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Doc, Query
 
-from .blocks import masked_softmax
+from .blocks.gating import MAGCell
+from .blocks.hashing import HashingDenoiser
+from .blocks.layers import positionwise
 from infra.maxsim import maxsim as late_interaction
 from .hf_export import ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE
 from .lru import LRUCache
@@ -149,18 +150,8 @@ class AddaxConfig:
 
 
 # ------------------------------------------------------------------------------------------ blocks
-
-
-def positionwise(function, mask: torch.Tensor | None, *inputs: torch.Tensor) -> torch.Tensor:
-    """``function`` (acting on the last axis only) applied to the real positions of ``inputs`` ``[B, n, *]``
-    (``mask`` ``[B, n]``, True = real) and scattered back to ``[B, n, out]``; padded positions get zeros.
-    Skipping padding saves work, not results; ``mask=None`` applies ``function`` everywhere."""
-    if mask is None:
-        return function(*inputs)
-    packed = function(*(x[mask] for x in inputs))
-    result = packed.new_zeros(*mask.shape, packed.shape[-1])
-    result[mask] = packed
-    return result
+# positionwise: rerankers.blocks.layers; MAGCell (eq. 3-13): rerankers.blocks.gating; HashingDenoiser
+# (Sec. 3.2): rerankers.blocks.hashing
 
 
 def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, doc_mask: torch.Tensor) -> torch.Tensor:
@@ -175,111 +166,6 @@ def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, 
     """
     return late_interaction(F.normalize(queries, dim=-1, eps=1e-8), query_mask,
                             F.normalize(docs, dim=-1, eps=1e-8), doc_mask)
-
-
-class MAGCell(nn.Module):
-    """One matching-adapted gating cell (eq. 3-13), for the text whose states are ``own`` against its
-    ``other`` counterpart (the query-side cell has own = U_Q, other = V_D; the document side swaps them).
-
-    Args:
-        dim: d, the encoder's output size.
-        positions: rows of W1/w1 (eq. 5, 8): the most counterpart positions it accepts.
-        attention_only: keep only eq. 3-4 (``H = R``; Att-MAGS).
-        highway: eq. 9-13; otherwise the gated signals are added (w/o HW).
-    """
-
-    def __init__(self, dim: int, positions: int, attention_only: bool = False, highway: bool = True):
-        super().__init__()
-        self.dim, self.positions = dim, positions
-        self.attention_only, self.highway = attention_only, highway
-        if attention_only:
-            return
-        bound = 1.0 / math.sqrt(positions)  # nn.Linear's initialisation for a [positions -> d] map
-        self.gate_weight = nn.Parameter(torch.empty(dim, positions).uniform_(-bound, bound))     # W1 (eq. 5)
-        self.gate_bias = nn.Parameter(torch.empty(dim).uniform_(-bound, bound))                  # B1
-        self.mix_weight = nn.Parameter(torch.empty(1, positions).uniform_(-bound, bound))        # w1 (eq. 8)
-        self.mix_bias = nn.Parameter(torch.empty(1).uniform_(-bound, bound))                     # b1
-        if highway:
-            self.transform = nn.Linear(2 * dim, 2 * dim)   # W3, b3 (eq. 10)
-            self.carry = nn.Linear(2 * dim, 2 * dim)       # W4, b4 (eq. 11)
-            self.output = nn.Linear(2 * dim, dim)          # W5, b5 (eq. 13)
-
-    def forward(self, own: torch.Tensor, other: torch.Tensor, other_mask: torch.Tensor,
-                similarity: torch.Tensor, own_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Hybrid discriminative features ``[B, n, d]`` of ``own`` ``[B, n, d]``.
-
-        ``similarity`` is ``S`` (eq. 3) oriented ``[B, n, m]`` (own positions by ``other`` positions);
-        ``other_mask`` ``[B, m]`` marks the counterpart's real positions. With ``own_mask`` ``[B, n]``, the
-        position-wise part (eq. 5-13) runs on real own positions only and padded rows are zeros.
-        """
-        columns = similarity.shape[-1]
-        if columns > self.positions:
-            raise ValueError(f"counterpart has {columns} positions, the gates have {self.positions} rows "
-                             f"(max_query_length/max_doc_length)")
-        column_mask = other_mask[:, None, :]
-        reference = masked_softmax(similarity, column_mask, dim=-1) @ other           # R (eq. 4)
-        if self.attention_only:
-            return reference
-        pattern = similarity.masked_fill(~column_mask, 0.0)  # padded columns take no part in eq. 5, 8
-        return positionwise(self._gated, own_mask, own, reference, pattern)
-
-    def _gated(self, own: torch.Tensor, reference: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
-        """Eq. 5-13 for each own position (``pattern``: its row of S, padded columns zeroed)."""
-        columns = pattern.shape[-1]
-        divergence = own - reference                                                  # D = U - R
-        gate = torch.sigmoid(F.linear(pattern, self.gate_weight[:, :columns], self.gate_bias))   # E (eq. 5)
-        referred = reference * gate                                                   # F(r) (eq. 6)
-        diverged = divergence * (1.0 - gate)                                          # F(d) (eq. 7)
-        mix = torch.sigmoid(F.linear(pattern, self.mix_weight[:, :columns], self.mix_bias))      # p (eq. 8)
-        if not self.highway:
-            return mix * referred + (1.0 - mix) * diverged                            # w/o HW: added
-        combined = torch.cat([mix * referred, (1.0 - mix) * diverged], dim=-1)       # F(c) (eq. 9)
-        transformed = torch.relu(self.transform(combined))                            # p_i (eq. 10)
-        carry = torch.sigmoid(self.carry(combined))                                   # g_i (eq. 11)
-        mixed = (1.0 - carry) * combined + carry * transformed                        # i_i (eq. 12)
-        return self.output(mixed)                                                     # h_i (eq. 13)
-
-
-class HashingDenoiser(nn.Module):
-    """Locality-constrained hashing denoiser (Sec. 3.2): encoder MLP, ``tanh(alpha B)`` codes, decoder MLP.
-
-    ``forward(features, mask, losses)`` returns the codes ``B^D`` ``[B, t, h]`` and, when ``losses``, the
-    per-document quantisation loss L1 and reconstruction loss L2 (``[B]`` each, over real positions).
-    """
-
-    def __init__(self, dim: int, hidden: int, code_dim: int, alpha: float = 5.0, reduction: str = "sum"):
-        super().__init__()
-        self.alpha, self.reduction = alpha, reduction
-        self.encoder = nn.Sequential(nn.Linear(dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                     nn.Linear(hidden, code_dim), nn.Tanh())                     # F_en
-        self.decoder = nn.Sequential(nn.Linear(code_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                     nn.Linear(hidden, dim))                                     # F_de
-
-    def hash(self, latent: torch.Tensor) -> torch.Tensor:
-        """F_h: ``B^D = tanh(alpha B)``."""
-        return torch.tanh(self.alpha * latent)
-
-    def _reduce(self, squared: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        weights = mask.to(squared.dtype)
-        total = (squared.sum(dim=-1) * weights).sum(dim=-1)
-        if self.reduction == "mean":
-            total = total / (weights.sum(dim=-1).clamp(min=1.0) * squared.shape[-1])
-        return total
-
-    def quantization_loss(self, codes: torch.Tensor, latent: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """L1 = ||B^D - sgn(B)||_F^2 per document ``[B]``."""
-        return self._reduce((codes - torch.sign(latent).detach()) ** 2, mask)
-
-    def reconstruction_loss(self, codes: torch.Tensor, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """L2 = ||F_de(B^D) - H^D||_F^2 per document ``[B]``."""
-        return self._reduce((positionwise(self.decoder, mask, codes) - features) ** 2, mask)
-
-    def forward(self, features: torch.Tensor, mask: torch.Tensor, losses: bool = False):
-        latent = positionwise(self.encoder, mask, features)                           # B = F_en(H^D)
-        codes = self.hash(latent)                                                      # B^D
-        if not losses:
-            return codes, None, None
-        return codes, self.quantization_loss(codes, latent, mask), self.reconstruction_loss(codes, features, mask)
 
 
 class AddaxModel(nn.Module):
