@@ -6,6 +6,7 @@ typically by binding them once with :func:`functools.partial` at the top of the 
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 from pathlib import Path
 
@@ -108,6 +109,29 @@ def assert_padding_never_changes_a_score(score, pad, columns, extra_q=3, extra_d
         alone = torch.cat([score(pad(*[[value] for value in pair], **alone_options)) for pair in zip(*columns)])
         batched = score(pad(*columns, extra_q=extra_q, extra_d=extra_d))
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+
+
+class NothingToLearn:
+    """The parts of a test's plugin re-ranker that has nothing to learn (its subclass sets ``name`` and
+    ``score``): ``fit`` does nothing, ``save`` writes a marker checkpoint naming the re-ranker (the model cache
+    needs one), ``load`` gives a fresh instance. ``tests/test_config.py`` keeps a standalone plugin written
+    as the README shows."""
+
+    name = "nothing-to-learn"
+
+    def fit(self, train, dev=None, state_path=None):
+        """Nothing to learn."""
+        return None
+
+    def save(self, path):
+        """A marker file naming the re-ranker."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"reranker": self.name}))
+
+    @classmethod
+    def load(cls, path):
+        """The same scorer."""
+        return cls()
 
 
 def assert_the_loss_falls(report, epochs):

@@ -12,7 +12,7 @@ import pytest
 
 import rerankers
 from conftest import run_python, write
-from helpers import one_torch_thread  # noqa: F401 (autouse fixture: one torch thread in this module)
+from helpers import NothingToLearn, one_torch_thread  # noqa: F401 (autouse fixture: one torch thread in this module)
 from pipeline import classify
 from pipeline.classify import (candidate_thresholds, classification_metrics, labelled_pairs, main, roc_auc,
                                tune_threshold)
@@ -108,7 +108,7 @@ def test_candidate_thresholds_cover_all_negative_and_all_positive():
 # ------------------------------------------------------------------- the threshold comes from dev only
 
 
-class TextScore:
+class TextScore(NothingToLearn):
     """A re-ranker whose score of a pair is the number its candidate text starts with: the tests choose
     every score, so the threshold and every metric can be known in advance."""
 
@@ -117,20 +117,6 @@ class TextScore:
     def score(self, query, docs):
         """The leading number of each candidate text."""
         return [float(doc.text.split()[0]) for doc in docs]
-
-    def fit(self, train, dev=None, state_path=None):
-        """Nothing to learn."""
-        return None
-
-    def save(self, path):
-        """A marker file (the model cache needs a checkpoint)."""
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"reranker": self.name}))
-
-    @classmethod
-    def load(cls, path):
-        """The same scorer."""
-        return cls()
 
 
 @pytest.fixture

@@ -3,9 +3,7 @@ re-ranker to train and a combination weight to tune needs candidates for its tes
 dev queries, and each fold's dev queries again; all of them come from one :class:`FirstStageContext`."""
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +13,13 @@ from pipeline.context import FirstStageContext
 from pipeline.core.plugins import Registry
 from pipeline.core.records import ScoredDoc
 from pipeline.run import parse_config, run_pipeline
-from tests.helpers import tiny_dataset
+from tests.helpers import NothingToLearn, tiny_dataset
 
 WORDS = ("apple river mountain music doctor garden winter ocean teacher window city dog cat bread train forest "
          "paper summer energy market").split()
 
 
-class WordShare:
+class WordShare(NothingToLearn):
     """A minimal plugin re-ranker (the share of the query's words a document holds)."""
 
     name = "word-share"
@@ -29,17 +27,6 @@ class WordShare:
     def score(self, query, docs):
         words = set(query.text.split())
         return [len(words & set(doc.text.split())) / len(words) for doc in docs]
-
-    def fit(self, train, dev=None, state_path=None):
-        return None
-
-    def save(self, path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"reranker": self.name}))
-
-    @classmethod
-    def load(cls, path):
-        return cls()
 
 
 class Counting:
