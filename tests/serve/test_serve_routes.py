@@ -72,18 +72,24 @@ def test_a_file_that_is_no_reranker_checkpoint_is_a_clear_error(tmp_path):
 # ----------------------------------------------------------------------------------- scoring, batching
 
 
-def test_concurrent_requests_are_batched_and_score_as_alone(counted, trained):
-    server, counting = counted
-    reranker, _, train = trained
-    items = query_items(train, 16)
+def post_together(url, items):
+    """POST each ``(query, docs)`` of ``items`` to ``/rerank`` at the same moment (behind a barrier), so that
+    the server can batch them; the answers in the order of ``items``."""
     barrier = threading.Barrier(len(items))
 
     def post(item):
         barrier.wait()
-        return call(server.url, "POST", "/rerank", rerank_body(*item))
+        return call(url, "POST", "/rerank", rerank_body(*item))
 
     with ThreadPoolExecutor(len(items)) as pool:
-        answers = list(pool.map(post, items))
+        return list(pool.map(post, items))
+
+
+def test_concurrent_requests_are_batched_and_score_as_alone(counted, trained):
+    server, counting = counted
+    reranker, _, train = trained
+    items = query_items(train, 16)
+    answers = post_together(server.url, items)
     for (query, docs), (status, answer, _) in zip(items, answers):
         assert status == 200, answer
         expected = dict(zip([d.doc_id for d in docs], reranker.score(query, docs)))
@@ -126,14 +132,7 @@ def test_a_failing_request_does_not_fail_the_others_of_its_batch(trained):
     server = start(serve.ServedModel(counting, {"reranker": "knrm"}), max_wait_ms=200)
     try:
         items = query_items(train, 5) + [(Query("x", "boom w1"), [Doc("d", "w1 w2")])]
-        barrier = threading.Barrier(len(items))
-
-        def post(item):
-            barrier.wait()
-            return call(server.url, "POST", "/rerank", rerank_body(*item))
-
-        with ThreadPoolExecutor(len(items)) as pool:
-            answers = list(pool.map(post, items))
+        answers = post_together(server.url, items)
         assert [status for status, _, _ in answers] == [200] * 5 + [500]
         assert "cannot score 'boom'" in answers[-1][1]["error"]
         for (query, docs), (_, answer, _) in zip(items[:5], answers):
