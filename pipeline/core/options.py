@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from .errors import ConfigError, PipelineError
+from .suggest import hint
 
 
 #: how a value of each type is asked for in an error
@@ -21,11 +21,7 @@ def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> Non
     own checks refuse is a :class:`ConfigError` naming the option (and, when unknown, the known ones)."""
     known = {f.name: config for config in configs for f in dataclasses.fields(config)}
     for name, value in overrides.items():
-        key = name.replace("-", "_")
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"unknown model option {name!r}; {hint}known: {', '.join(sorted(known))}")
+        key = _known_key(name, known, "model option")
         config = known[key]
         current = getattr(config, key)
         setattr(config, key, _coerce(value, current, name))
@@ -35,6 +31,15 @@ def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> Non
             except (ValueError, PipelineError) as error:  # ConfigError included
                 # the configs check their own values (a traceback-free message either way)
                 raise ConfigError(f"option {name}={value!r}: {error}") from None
+
+
+def _known_key(name: str, known: Collection[str], label: str) -> str:
+    """The field ``name`` stands for (dashes read as underscores), or a :class:`ConfigError` for an unknown
+    ``label`` naming the closest known field and every one."""
+    key = name.replace("-", "_")
+    if key not in known:
+        raise ConfigError(f"unknown {label} {name!r}; {hint(key, known)}known: {', '.join(sorted(known))}")
+    return key
 
 
 def _coerce(value: Any, current: Any, name: str) -> Any:
@@ -96,11 +101,7 @@ def build_config(config_class: type, overrides: Mapping[str, Any], label: str = 
     fields = {f.name: f for f in dataclasses.fields(config_class)}
     values = {}
     for name, value in overrides.items():
-        key = name.replace("-", "_")
-        if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"unknown {label} {name!r}; {hint}known: {', '.join(sorted(fields))}")
+        key = _known_key(name, fields, label)
         kind = _field_type(hints[key])
         optional = kind is not hints[key]
         if isinstance(value, str) and optional and value.lower() in ("none", "null", ""):
