@@ -14,20 +14,8 @@ where we depart from it, is written down here and again where it is made.
   term-vector variant "TV" is ``--set gating=tv``); score ``s = sum_i g_i z_i^(L)``; trained with the
   pairwise hinge loss ``max(0, 1 - s(q, d+) + s(q, d-))``.
 
-Choices shared by the four classic baselines (KNRM, Conv-KNRM, DRMM, MatchPyramid), beyond what the papers fix:
-
-* Embeddings are the framework's (GloVe 6B 50d by default; the papers trained their own word2vec). KNRM, Conv-KNRM
-  and MatchPyramid fine-tune them unless ``--set freeze_embeddings=true``, as KNRM and Conv-KNRM do
-  end to end. DRMM always keeps them fixed: the paper uses fixed pre-trained embeddings, and its
-  histogram is piecewise constant in the similarities, so no gradient could reach them anyway.
-* Every out-of-vocabulary word (beyond ``max_vocabulary``) shares the framework's OOV row, so two
-  different OOV words count as an exact match for all four models.
-* Training defaults: pairwise hinge loss with margin 1 (the KNRM, Conv-KNRM and DRMM papers' loss; see
-  :class:`rerankers.matchpyramid.MatchPyramidReranker` for MatchPyramid) and Adam with lr 1e-3 (KNRM and Conv-KNRM use Adam),
-  except DRMM, whose 162 weights get lr 1e-2 (our choice).
-* KNRM/Conv-KNRM multiply every log soft-TF by ``log_scale = 0.01``, as the authors' released code does
-  (the papers have no factor): unscaled, a kernel nothing falls into adds ``log(1e-10) = -23`` per query
-  term, which saturates the ranking ``tanh`` from the first step.
+Choices shared by the four classic baselines (embeddings, OOV words, training defaults, KNRM's log scale):
+see :mod:`rerankers.neural`, section "Classic baselines".
 """
 from __future__ import annotations
 

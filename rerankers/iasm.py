@@ -52,7 +52,7 @@ import torch.nn as nn
 
 from pipeline.core.errors import ConfigError
 from rerankers.blocks import build_embedding, cosine_matrix, interaction_mask, masked_fill_padding, masked_softmax
-from rerankers.neural import WordReranker
+from rerankers.neural import FROZEN_EMBEDDINGS, WordReranker
 from rerankers.training.data import RankingData
 
 __all__ = [
@@ -381,13 +381,8 @@ class IASMReranker(WordReranker):
     name: ClassVar[str] = "iasm"
     model_config_class: ClassVar[type] = IASMConfig
     train_defaults: ClassVar[dict] = _TRAIN_DEFAULTS
-
-    # frozen word vectors, as the authors trained; a checkpoint or --set freeze_embeddings=false can differ
-    text_defaults: ClassVar[dict] = {"freeze_embeddings": True}
-
-    def build_module(self, embedding_weights: torch.Tensor) -> IASMModel:
-        """:class:`IASMModel` over ``embedding_weights`` ``[V, k]``."""
-        return IASMModel(self.model_config, embedding_weights, self.text_config.freeze_embeddings)
+    text_defaults: ClassVar[dict] = FROZEN_EMBEDDINGS
+    module_class: ClassVar[type] = IASMModel
 
 
 class IASMStaticReranker(IASMReranker):

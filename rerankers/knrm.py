@@ -19,20 +19,8 @@ where we depart from it, is written down here and again where it is made.
   the same 11 kernels and concatenation (Sec. 3.4); ``tanh`` learning-to-rank layer and pairwise hinge
   loss (Sec. 3.5).
 
-Choices shared by the four classic baselines (KNRM, Conv-KNRM, DRMM, MatchPyramid), beyond what the papers fix:
-
-* Embeddings are the framework's (GloVe 6B 50d by default; the papers trained their own word2vec). KNRM, Conv-KNRM
-  and MatchPyramid fine-tune them unless ``--set freeze_embeddings=true``, as KNRM and Conv-KNRM do
-  end to end. DRMM always keeps them fixed: the paper uses fixed pre-trained embeddings, and its
-  histogram is piecewise constant in the similarities, so no gradient could reach them anyway.
-* Every out-of-vocabulary word (beyond ``max_vocabulary``) shares the framework's OOV row, so two
-  different OOV words count as an exact match for all four models.
-* Training defaults: pairwise hinge loss with margin 1 (the KNRM, Conv-KNRM and DRMM papers' loss; see
-  :class:`rerankers.matchpyramid.MatchPyramidReranker` for MatchPyramid) and Adam with lr 1e-3 (KNRM and Conv-KNRM use Adam),
-  except DRMM, whose 162 weights get lr 1e-2 (our choice).
-* KNRM/Conv-KNRM multiply every log soft-TF by ``log_scale = 0.01``, as the authors' released code does
-  (the papers have no factor): unscaled, a kernel nothing falls into adds ``log(1e-10) = -23`` per query
-  term, which saturates the ranking ``tanh`` from the first step.
+Choices shared by the four classic baselines (embeddings, OOV words, training defaults, KNRM's log scale):
+see :mod:`rerankers.neural`, section "Classic baselines".
 """
 from __future__ import annotations
 
@@ -95,7 +83,19 @@ class KNRMConfig:
         require(self.log_scale > 0, f"log_scale must be > 0, got {self.log_scale}")
 
 
-class KNRMModel(nn.Module):
+class KernelRanker(nn.Module):
+    """The learning-to-rank layer both kernel models end with: ``tanh(w^T phi + b)`` over a subclass's kernel
+    features ``phi`` (``kernel_features``; ``tanh`` unless ``config.output_tanh`` is off)."""
+
+    def forward(
+        self, query_ids: torch.Tensor, query_mask: torch.Tensor, doc_ids: torch.Tensor, doc_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Scores ``[B]`` of ``[B, Lq]`` / ``[B, Ld]`` id tensors and masks (True = real token)."""
+        score = self.ranker(self.kernel_features(query_ids, query_mask, doc_ids, doc_mask)).squeeze(-1)
+        return torch.tanh(score) if self.config.output_tanh else score
+
+
+class KNRMModel(KernelRanker):
     """K-NRM (Xiong et al., SIGIR 2017): embedding cosines -> kernel pooling -> ``tanh(w^T phi + b)``."""
 
     def __init__(self, config: KNRMConfig, embedding_weights: torch.Tensor, freeze_embeddings: bool = False) -> None:
@@ -119,12 +119,6 @@ class KNRMModel(nn.Module):
         translation = cosine_matrix(self.embedding(query_ids), self.embedding(doc_ids), query_mask, doc_mask)
         return self.kernel_pooling(translation, query_mask, doc_mask)
 
-    def forward(
-        self, query_ids: torch.Tensor, query_mask: torch.Tensor, doc_ids: torch.Tensor, doc_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """Scores ``[B]`` of ``[B, Lq]`` / ``[B, Ld]`` id tensors and masks (True = real token)."""
-        score = self.ranker(self.kernel_features(query_ids, query_mask, doc_ids, doc_mask)).squeeze(-1)
-        return torch.tanh(score) if self.config.output_tanh else score
 
 
 class KNRMReranker(WordReranker):
@@ -134,9 +128,7 @@ class KNRMReranker(WordReranker):
     model_config_class: ClassVar[type] = KNRMConfig
     train_defaults: ClassVar[dict] = dict(PAIRWISE_DEFAULTS)
 
-    def build_module(self, embedding_weights: torch.Tensor) -> KNRMModel:
-        """A fresh :class:`KNRMModel` on ``embedding_weights``."""
-        return KNRMModel(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
+    module_class: ClassVar[type] = KNRMModel
 
 
 @dataclass
@@ -167,7 +159,7 @@ class ConvKNRMConfig:
         return [(h, h) for h in sizes]
 
 
-class ConvKNRMModel(nn.Module):
+class ConvKNRMModel(KernelRanker):
     """Conv-KNRM (Dai et al., WSDM 2018): h-gram CNNs -> cross-matched cosines -> kernel pooling -> tanh.
 
     The h-gram at position i covers tokens ``i .. i+h-1`` and exists for every real token i (the
@@ -211,12 +203,6 @@ class ConvKNRMModel(nn.Module):
         ]
         return torch.cat(features, dim=-1)
 
-    def forward(
-        self, query_ids: torch.Tensor, query_mask: torch.Tensor, doc_ids: torch.Tensor, doc_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """Scores ``[B]`` (see :meth:`KNRMModel.forward` for the inputs)."""
-        score = self.ranker(self.kernel_features(query_ids, query_mask, doc_ids, doc_mask)).squeeze(-1)
-        return torch.tanh(score) if self.config.output_tanh else score
 
 
 class ConvKNRMReranker(WordReranker):
@@ -226,6 +212,4 @@ class ConvKNRMReranker(WordReranker):
     model_config_class: ClassVar[type] = ConvKNRMConfig
     train_defaults: ClassVar[dict] = dict(PAIRWISE_DEFAULTS)
 
-    def build_module(self, embedding_weights: torch.Tensor) -> ConvKNRMModel:
-        """A fresh :class:`ConvKNRMModel` on ``embedding_weights``."""
-        return ConvKNRMModel(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
+    module_class: ClassVar[type] = ConvKNRMModel

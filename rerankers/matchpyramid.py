@@ -12,20 +12,8 @@ where we depart from it, is written down here and again where it is made.
   2-D convolution with ReLU over the matrix, then dynamic max pooling whose window sizes follow the two
   texts' lengths so the output grid has a fixed size. Sec. 3.3: a two-layer MLP gives the score.
 
-Choices shared by the four classic baselines (KNRM, Conv-KNRM, DRMM, MatchPyramid), beyond what the papers fix:
-
-* Embeddings are the framework's (GloVe 6B 50d by default; the papers trained their own word2vec). KNRM, Conv-KNRM
-  and MatchPyramid fine-tune them unless ``--set freeze_embeddings=true``, as KNRM and Conv-KNRM do
-  end to end. DRMM always keeps them fixed: the paper uses fixed pre-trained embeddings, and its
-  histogram is piecewise constant in the similarities, so no gradient could reach them anyway.
-* Every out-of-vocabulary word (beyond ``max_vocabulary``) shares the framework's OOV row, so two
-  different OOV words count as an exact match for all four models.
-* Training defaults: pairwise hinge loss with margin 1 (the KNRM, Conv-KNRM and DRMM papers' loss; see
-  :class:`rerankers.matchpyramid.MatchPyramidReranker` for MatchPyramid) and Adam with lr 1e-3 (KNRM and Conv-KNRM use Adam),
-  except DRMM, whose 162 weights get lr 1e-2 (our choice).
-* KNRM/Conv-KNRM multiply every log soft-TF by ``log_scale = 0.01``, as the authors' released code does
-  (the papers have no factor): unscaled, a kernel nothing falls into adds ``log(1e-10) = -23`` per query
-  term, which saturates the ranking ``tanh`` from the first step.
+Choices shared by the four classic baselines (embeddings, OOV words, training defaults, KNRM's log scale):
+see :mod:`rerankers.neural`, section "Classic baselines".
 """
 from __future__ import annotations
 
@@ -145,6 +133,4 @@ class MatchPyramidReranker(WordReranker):
     model_config_class: ClassVar[type] = MatchPyramidConfig
     train_defaults: ClassVar[dict] = dict(PAIRWISE_DEFAULTS)
 
-    def build_module(self, embedding_weights: torch.Tensor) -> MatchPyramidModel:
-        """A fresh :class:`MatchPyramidModel` on ``embedding_weights``."""
-        return MatchPyramidModel(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
+    module_class: ClassVar[type] = MatchPyramidModel

@@ -60,7 +60,7 @@ from rerankers.blocks import (
     masked_fill_padding,
     masked_softmax,
 )
-from rerankers.neural import WordReranker
+from rerankers.neural import FROZEN_EMBEDDINGS, WordReranker
 
 __all__ = [
     "ATTENTION_SIDES",
@@ -276,13 +276,8 @@ class MVLSTMReranker(WordReranker):
     name: ClassVar[str] = "mvlstm"
     model_config_class: ClassVar[type] = MVLSTMConfig
     train_defaults: ClassVar[dict] = _TRAIN_DEFAULTS
-
-    # frozen word vectors, as the authors trained; a checkpoint or --set freeze_embeddings=false can differ
-    text_defaults: ClassVar[dict] = {"freeze_embeddings": True}
-
-    def build_module(self, embedding_weights: torch.Tensor) -> MVLSTMModel:
-        """:class:`MVLSTMModel` over ``embedding_weights`` ``[V, E]``."""
-        return MVLSTMModel(self.model_config, embedding_weights, self.text_config.freeze_embeddings)
+    text_defaults: ClassVar[dict] = FROZEN_EMBEDDINGS
+    module_class: ClassVar[type] = MVLSTMModel
 
 
 class AMVLSTMReranker(MVLSTMReranker):

@@ -56,6 +56,10 @@ CHECKPOINT_FORMAT = 1
 #: (margin 1) with Adam; ``batch_size`` counts scored documents, so 64 is 32 (positive, negative) pairs per step
 PAIRWISE_DEFAULTS = {"loss": "hinge", "margin": 1.0, "epochs": 10, "batch_size": 64, "learning_rate": 1e-3}
 
+#: ``text_defaults`` of the models whose authors kept the word vectors fixed (MV-LSTM, IASM); a checkpoint or
+#: ``--set freeze_embeddings=false`` can differ
+FROZEN_EMBEDDINGS = {"freeze_embeddings": True}
+
 
 def require(condition: bool, message: str) -> None:
     """Raise ``ValueError(message)`` unless ``condition`` (a model config's checks)."""
@@ -121,9 +125,15 @@ class WordReranker(TorchReranker):
         """Model, text and training configs (the targets of ``--set``)."""
         return [self.model_config, self.text_config, self.train_config]
 
+    #: the torch module the default :meth:`build_module` builds
+    module_class: ClassVar[type | None] = None
+
     def build_module(self, embedding_weights):
-        """The model's torch module (subclasses implement)."""
-        raise NotImplementedError
+        """The model's torch module: ``module_class(model_config, embedding_weights, freeze_embeddings)`` (a
+        subclass whose module takes other arguments overrides this)."""
+        if self.module_class is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no module_class and has no build_module")
+        return self.module_class(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
 
     def features(self, query_tokens: Sequence[Sequence[str]], query_length: int) -> dict:
         """Extra forward inputs beyond token ids (subclasses override; default none)."""
