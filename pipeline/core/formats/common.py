@@ -41,6 +41,14 @@ def check_id(path, line: int | None, kind: str, identifier: str) -> str:
     return identifier
 
 
+def read_once(path, number: int, seen: dict, key, what: str) -> None:
+    """Note ``key`` as read on line ``number`` of ``path``; a key read before is a :class:`DataFormatError`
+    saying ``what`` is repeated and where it was first (``seen``: key -> line, filled as the file is read)."""
+    first = seen.setdefault(key, number)
+    if first != number:
+        raise DataFormatError(path, number, f"{what} (first on line {first})")
+
+
 def json_object(path, number: int, text: str) -> dict:
     """One line parsed as a JSON object, or a DataFormatError at ``path:number``."""
     try:

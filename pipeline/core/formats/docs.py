@@ -11,7 +11,7 @@ from typing import Iterator
 from ..errors import DataFormatError
 from ..records import Doc
 from ..textio import iter_lines
-from .common import SMART_START, check_id, json_records, smart_records, smart_text, tab_separated
+from .common import SMART_START, check_id, json_records, read_once, smart_records, smart_text, tab_separated
 
 #: every document layout :func:`read_docs` accepts (quoted in its errors)
 DOC_FORMATS = (
@@ -46,9 +46,7 @@ def read_docs_numbered(path: str | os.PathLike) -> Iterator[tuple[int | None, Do
         return
     seen: dict[str, int] = {}
     for number, doc in _read_docs(path):
-        first = seen.setdefault(doc.doc_id, number)
-        if first != number:
-            raise DataFormatError(path, number, f"duplicate doc id {doc.doc_id!r} (first on line {first})")
+        read_once(path, number, seen, doc.doc_id, f"duplicate doc id {doc.doc_id!r}")
         yield number, doc
 
 

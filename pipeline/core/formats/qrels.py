@@ -10,6 +10,7 @@ from ..atomic import atomic_write
 from ..errors import DataFormatError
 from ..records import Qrel
 from ..textio import iter_lines
+from .common import read_once
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,7 @@ def read_qrels(path: str | os.PathLike) -> list[Qrel]:
             (query_id, doc_id, relevance), iteration = parts, "0"
         if not _is_integer(relevance):
             raise DataFormatError(path, number, f"relevance {relevance!r} is not an integer")
-        key = (query_id, doc_id)
-        if key in seen:
-            raise DataFormatError(
-                path, number, f"duplicate judgment for query {query_id!r} doc {doc_id!r} (first on line {seen[key]})"
-            )
-        seen[key] = number
+        read_once(path, number, seen, (query_id, doc_id), f"duplicate judgment for query {query_id!r} doc {doc_id!r}")
         qrels.append(Qrel(query_id, doc_id, int(relevance), iteration))
     if not qrels:  # an empty file would give a run with no evaluation and no word about it
         raise DataFormatError(path, None, "no judgments in the file (it is empty or holds only a header); expected "

@@ -13,6 +13,7 @@ from ..atomic import atomic_write
 from ..errors import DataFormatError
 from ..records import Run, ScoredDoc, ranked
 from ..textio import iter_lines
+from .common import read_once
 
 def read_run(
     path: str | os.PathLike,
@@ -50,12 +51,7 @@ def read_run(
             raise DataFormatError(path, number, f"unknown query id {query_id!r} (not in the dataset's topics)")
         if known_doc_ids is not None and doc_id not in known_doc_ids:
             raise DataFormatError(path, number, f"unknown doc id {doc_id!r} for query {query_id!r} (not in the collection)")
-        key = (query_id, doc_id)
-        if key in seen:
-            raise DataFormatError(
-                path, number, f"doc {doc_id!r} listed twice for query {query_id!r} (first on line {seen[key]})"
-            )
-        seen[key] = number
+        read_once(path, number, seen, (query_id, doc_id), f"doc {doc_id!r} listed twice for query {query_id!r}")
         run.setdefault(query_id, []).append(ScoredDoc(query_id, doc_id, value))
     return run
 
