@@ -96,18 +96,25 @@ class Recording:
         return [1.0 if doc.doc_id.endswith("-d0") else 0.0 for doc in docs]
 
 
-def shipped_dataset(queries: int = 30) -> Dataset:
-    """``queries`` queries, four candidates each, the relevant ``-d0`` ranked last by the shipped run."""
+def toy_dataset(name: str, queries: int, candidates: int, relevant, score) -> Dataset:
+    """``queries`` queries of ``candidates`` documents each, one of them relevant (``relevant(ids)`` picks it),
+    which the shipped run scores ``score(rank)`` in the order of their ids."""
     qs, docs, qrels, run = {}, {}, [], {}
     for number in range(queries):
         qid = f"q{number}"
         qs[qid] = Query(qid, f"query {number}")
-        ids = [f"{qid}-d{i}" for i in range(4)]
+        ids = [f"{qid}-d{i}" for i in range(candidates)]
         for doc_id in ids:
             docs[doc_id] = Doc(doc_id, f"text of {doc_id}")
-        qrels += [Qrel(qid, d, int(d == ids[0])) for d in ids]
-        run[qid] = [ScoredDoc(qid, d, float(rank)) for rank, d in enumerate(ids)]
-    return Dataset("shipped-toy", qs, qrels, lambda: docs.values(), "shipped-toy", {}, run, _store=docs)
+        chosen = relevant(ids)
+        qrels += [Qrel(qid, d, int(d == chosen)) for d in ids]
+        run[qid] = [ScoredDoc(qid, d, score(rank)) for rank, d in enumerate(ids)]
+    return Dataset(name, qs, qrels, lambda: docs.values(), name, {}, run, _store=docs)
+
+
+def shipped_dataset(queries: int = 30) -> Dataset:
+    """``queries`` queries, four candidates each, the relevant ``-d0`` ranked last by the shipped run."""
+    return toy_dataset("shipped-toy", queries, 4, lambda ids: ids[0], float)
 
 
 @pytest.mark.parametrize("given_model", [False, True])
@@ -148,18 +155,8 @@ class Noise:
 
 def graded_dataset(queries: int = 60) -> Dataset:
     """``queries`` queries of 10 candidates with one relevant each, which the shipped run ranks 1st to 5th."""
-    qs, docs, qrels, run = {}, {}, [], {}
     rng = random.Random(7)
-    for number in range(queries):
-        qid = f"q{number}"
-        qs[qid] = Query(qid, f"query {number}")
-        ids = [f"{qid}-d{i}" for i in range(10)]
-        for doc_id in ids:
-            docs[doc_id] = Doc(doc_id, f"text of {doc_id}")
-        relevant = ids[rng.randrange(5)]
-        qrels += [Qrel(qid, d, int(d == relevant)) for d in ids]
-        run[qid] = [ScoredDoc(qid, d, 10.0 - rank) for rank, d in enumerate(ids)]
-    return Dataset("graded-toy", qs, qrels, lambda: docs.values(), "graded-toy", {}, run, _store=docs)
+    return toy_dataset("graded-toy", queries, 10, lambda ids: ids[rng.randrange(5)], lambda rank: 10.0 - rank)
 
 
 def test_auto_with_an_uninformative_model_gives_back_the_first_stage(monkeypatch, tmp_path):
