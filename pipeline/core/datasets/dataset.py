@@ -60,10 +60,16 @@ class Dataset:
         """Iterate over all documents of the collection."""
         return iter(self.docs_factory())
 
-    def doc_store(self) -> dict[str, Doc]:
-        """All documents by id (built once, then cached on the object)."""
-        if self._store is None:
-            self._store = {doc.doc_id: doc for doc in self.docs_iter()}
+    def doc_store(self, on_disk: bool | None = None) -> Mapping[str, Doc]:
+        """All documents by id (built once, then cached on the object): a dict, or with ``on_disk`` (default:
+        ``PIPELINE_DOC_STORE=disk``) a :class:`pipeline.core.docstore.DiskDocStore`, which reads them from a
+        file built once per collection instead of holding them in this process."""
+        from ..docstore import DiskDocStore, open_doc_store, wants_disk
+
+        disk = wants_disk(on_disk)
+        if self._store is None or disk != isinstance(self._store, DiskDocStore):
+            self._store = open_doc_store(self.name, self.fingerprint, self.docs_iter) if disk else \
+                {doc.doc_id: doc for doc in self.docs_iter()}
         return self._store
 
     def qrels_dict(self) -> dict[str, dict[str, int]]:
