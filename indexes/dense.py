@@ -45,7 +45,7 @@ from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
-from .options import FirstStageSettings
+from .options import FirstStageOptions, FirstStageSettings
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,9 @@ def dense_option(default, help: str, compare: bool = True, cli: bool = True):
 
 
 @dataclass(frozen=True)
-class DenseOptions:
-    """Options of the ``dense`` first stage (and of the dense half of ``hybrid``)."""
+class DenseOptions(FirstStageOptions):
+    """Options of the ``dense`` first stage (and of the dense half of ``hybrid``); ``--fs-set NAME=VALUE``
+    sets them (``--dense-set`` is its older alias)."""
 
     encoder: str = dense_option("all-MiniLM-L6-v2", "sentence-transformers model name or local directory "
                                 "(default: the packaged all-MiniLM-L6-v2)")

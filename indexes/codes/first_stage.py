@@ -8,12 +8,18 @@ from dataclasses import dataclass
 
 from pipeline.core.datasets import Dataset
 
-from ..options import FirstStageSettings
+from ..options import FirstStageOptions, FirstStageSettings
 from .options import CodeOptions, code_option
 
 
 @dataclass(frozen=True)
-class ColbertOptions(CodeOptions):
+class CodesOptions(CodeOptions, FirstStageOptions):
+    """The options of the ``codes`` first stage: :class:`CodeOptions` (kind ``codes``) with
+    ``from_options`` / ``to_options``."""
+
+
+@dataclass(frozen=True)
+class ColbertOptions(CodeOptions, FirstStageOptions):
     """The options of the ``colbert`` first stage: :class:`CodeOptions` of kind ``colbert`` (so that a
     binary-codes option such as ``hash_head=lsh`` is refused by name)."""
 
@@ -32,7 +38,7 @@ def _code_first_stage(kind: str, dataset: Dataset, settings: FirstStageSettings)
 
 
 def codes_first_stage(dataset: Dataset, settings: FirstStageSettings):
-    """``codes``: binary per-token codes in a faiss binary index; options: :class:`CodeOptions` (none given:
+    """``codes``: binary per-token codes in a faiss binary index; options: :class:`CodesOptions` (none given:
     the dataset's most recent index of this kind, or one built with the defaults).
 
     Args:
@@ -59,5 +65,5 @@ def colbert_first_stage(dataset: Dataset, settings: FirstStageSettings):
     return _code_first_stage("colbert", dataset, settings)
 
 
-codes_first_stage.Options = CodeOptions
+codes_first_stage.Options = CodesOptions
 colbert_first_stage.Options = ColbertOptions
