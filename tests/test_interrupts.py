@@ -39,14 +39,11 @@ def test_a_signal_during_torch_work_with_the_jvm_running_exits_cleanly(tmp_path,
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen([sys.executable, "-c", CHILD], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    try:
+
+    def ready():
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(0.5)
-        child.send_signal(signum)
-        _, stderr = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
+
+    _, stderr = interrupt(child, signum, ready, pause=0.5)
     assert child.returncode == status, stderr
     assert f"{word}: nothing to keep in this test; run it again" in stderr
     assert "Traceback" not in stderr
@@ -57,6 +54,19 @@ def start(args, tmp_path, **env):
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", **env}
     return subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def interrupt(child, signum, ready=lambda: None, pause: float = 0.0) -> tuple[str, str]:
+    """Once ``ready()`` returns, wait ``pause`` seconds, send ``signum`` to ``child`` and wait for it to end;
+    its stdout and stderr. A child still running when this fails (``ready`` raised, a timeout) is killed."""
+    try:
+        ready()
+        time.sleep(pause)
+        child.send_signal(signum)
+        return child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
 
 
 def wait_for(child, needle: str, limit: float = 120) -> None:
@@ -84,14 +94,7 @@ def test_pipeline_run_interrupted_while_training_says_what_it_kept(tmp_path, sig
                    "--set", "embeddings=random", "--set", "embedding_dim=8", "--set", "epochs=100000",
                    "--set", "patience=100000", "--output-dir", str(tmp_path / "runs")], tmp_path,
                   PIPELINE_MODEL_DIR=str(tmp_path / "models"))
-    try:
-        wait_for(child, "training hcan")
-        time.sleep(2)
-        child.send_signal(signum)
-        _, stderr = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    _, stderr = interrupt(child, signum, lambda: wait_for(child, "training hcan"), pause=2)
     assert child.returncode == status, stderr
     assert f"{word}: trained models and finished training epochs are kept" in stderr
     assert "Traceback" not in stderr and not list(tmp_path.glob("hs_err_pid*.log"))
@@ -120,13 +123,7 @@ with exit_cleanly("nothing was cached; run the same command to build the index a
 def test_an_interrupted_index_build_leaves_no_temp_directory(tmp_path):
     root = tmp_path / "indexes"
     child = start(["-c", INDEX_BUILD, str(root)], tmp_path)
-    try:
-        wait_for(child, "exporting")
-        child.send_signal(signal.SIGTERM)
-        _, stderr = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    _, stderr = interrupt(child, signal.SIGTERM, lambda: wait_for(child, "exporting"))
     assert child.returncode == EXIT_SIGTERM, stderr
     assert "terminated: nothing was cached" in stderr and "Traceback" not in stderr
     assert list(root.iterdir()) == []            # no index, no hidden temp directory
@@ -147,13 +144,8 @@ def test_pipeline_index_interrupted_says_what_it_kept_and_leaves_no_index(tmp_pa
     root = tmp_path / "indexes"
     child = start(["-m", "pipeline.index", "--dataset", str(data), "--threads", "1"], tmp_path,
                   PIPELINE_INDEX_DIR=str(root))
-    try:
-        time.sleep(4)  # the JVM is up and the documents are being exported or indexed
-        child.send_signal(signum)
-        stdout, stderr = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    # after 4 s the JVM is up and the documents are being exported or indexed
+    stdout, stderr = interrupt(child, signum, pause=4)
     assert child.returncode == status, stderr
     assert f"{word}: no half-built index was left" in stderr and "Traceback" not in stderr
     assert stdout == ""
