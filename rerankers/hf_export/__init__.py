@@ -321,6 +321,3 @@ def relabel(classifier) -> None:
     config.label2id = {"relevance": 0}
     if hasattr(classifier, "num_labels"):
         classifier.num_labels = 1
-
-
-from .pretrained import PretrainedExport  # noqa: E402,F401  (below: it reads the functions above)
