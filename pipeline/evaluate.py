@@ -24,9 +24,10 @@ from typing import Mapping, Sequence
 
 from .cli_options import OptionParser
 from .core.datasets import load_dataset, select_queries
-from .core.errors import ConfigError, PipelineError
+from .core.errors import ConfigError
 from .core.evaluation import DEFAULT_MEASURES, compare, parse_measures, run_labels, run_name, save_report
 from .core.records import Run
+from .shell import run_command
 from .core.formats import read_qrels, read_run
 
 #: depth put for ``{k}`` when no run holds a single document (any value gives the same zeros then)
@@ -105,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="evaluation", help="file stem of the report")
     parser.add_argument("--split", help="with --dataset: evaluate only this split's queries")
     parser.add_argument("--no-check-docs", action="store_true", help="do not check run doc ids against the collection")
-    try:
+
+    def work() -> None:
         args = parser.parse_args(argv)
         # every option is checked before any data is read
         labels = check_names(args.names, args.runs) if args.names else run_labels(args.runs)
@@ -129,14 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics = (metrics or DEFAULT_MEASURES).replace("{k}", str(run_depth(runs)))
         comparison = compare(runs, qrels, metrics, baseline, args.test, args.correction, args.alpha)
         comparison.sources = dict(zip(labels, map(str, args.runs)))
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(comparison.markdown())
-    if args.output_dir:
-        for kind, path in save_report(comparison, args.output_dir, args.name).items():
-            print(f"{kind}: {path}")
-    return 0
+        print(comparison.markdown())
+        if args.output_dir:
+            for kind, path in save_report(comparison, args.output_dir, args.name).items():
+                print(f"{kind}: {path}")
+
+    return run_command(work)
 
 
 if __name__ == "__main__":

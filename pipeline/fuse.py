@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .cli_options import OptionParser
-from .core.errors import ConfigError, PipelineError
-from .core.logs import configure_logging
+from .core.errors import ConfigError
 from .core.records import Qrel, Run, ScoredDoc, ranked
 from .core.formats import read_qrels, read_run, write_run
 from .core.textio import iter_lines
 from .fusion import DEFAULT_GRID, weighted_sum
+from .shell import run_command
 
 log = logging.getLogger("pipeline.fuse")
 
@@ -268,8 +268,7 @@ def check_arguments(args) -> tuple[list[float] | None, dict | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring): bad options or input print ``error: ...`` and
     exit with status 2."""
-    configure_logging()
-    try:
+    def work() -> None:
         args = build_parser().parse_args(argv)
         weights, tune_on = check_arguments(args)
         for path in args.runs:
@@ -280,20 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             fused = {query_id: hits[: args.k] for query_id, hits in fused.items()}
         tag = args.tag or f"fuse-{args.method}"
         written = write_run(args.output, fused, tag=tag)
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        where = f" {error.filename}" if error.filename else ""
-        print(f"error: cannot write{where}: {error.strerror or error}; no partial run was kept", file=sys.stderr)
-        return 1
-    chosen = (f"weights {' '.join(f'{w:g}' for w in used['weights'])}" if args.method == "interpolate"
-              else f"k {used['k']:g}")
-    if "dev_value" in used:
-        chosen += f" (tuned: {used['metric']} {used['dev_value']:.4f} on {used['tuned_on']} dev queries)"
-    print(f"{args.method} of {len(args.runs)} runs, {chosen}")
-    print(f"run: {written}")
-    return 0
+        chosen = (f"weights {' '.join(f'{w:g}' for w in used['weights'])}" if args.method == "interpolate"
+                  else f"k {used['k']:g}")
+        if "dev_value" in used:
+            chosen += f" (tuned: {used['metric']} {used['dev_value']:.4f} on {used['tuned_on']} dev queries)"
+        print(f"{args.method} of {len(args.runs)} runs, {chosen}")
+        print(f"run: {written}")
+
+    return run_command(work, on_write_error="no partial run was kept")
 
 
 if __name__ == "__main__":

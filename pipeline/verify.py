@@ -19,15 +19,15 @@ be read (an OS error).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from .cli_options import OptionParser
 from .core.errors import PipelineError
 from .core.home import index_root, model_root
-from .core.logs import configure_logging
+from .shell import run_command
 
 LUCENE_META = "pipeline-index.json"
 CODE_META = "code-index.json"
@@ -121,45 +121,44 @@ def size_of(path: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
-    configure_logging()
-    parser = argparse.ArgumentParser(prog="python -m pipeline.verify", description=__doc__.split("\n\n")[0])
+    parser = OptionParser(prog="python -m pipeline.verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="index directories, checkpoints or exports (default: every cached entry)")
-    args = parser.parse_args(argv)
-    try:
+
+    def work() -> int:
+        args = parser.parse_args(argv)
         for path in args.paths:
             if not path.exists():
                 raise PipelineError(f"{path}: no such file or directory")
             if entry_kind(path) is None:
-                raise PipelineError(f"{path}: neither a Lucene or code index, a checkpoint (.pt) nor a Hugging Face "
-                                    f"export of this project")
+                raise PipelineError(f"{path}: neither a Lucene or code index, a checkpoint (.pt) nor a Hugging "
+                                    f"Face export of this project")
         paths = list(args.paths) or list(cached_entries())
-    except PipelineError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if not paths:
-        print("no cached entries to verify")
-        return 0
-    damaged = 0
-    started_all = time.perf_counter()
-    total = 0
-    for path in paths:
-        started = time.perf_counter()
-        try:
-            size = size_of(path)
-            kind = verify_entry(path)
-        except PipelineError as error:
-            damaged += 1
-            print(f"DAMAGED {path}: {error}", flush=True)
-            continue
-        except OSError as error:
-            print(f"error: cannot read {error.filename or path}: {error.strerror or error}", file=sys.stderr)
-            return 1
-        total += size
-        print(f"ok {path} ({kind}, {size / 1e6:.1f} MB, {time.perf_counter() - started:.2f} s)", flush=True)
-    print(f"{len(paths) - damaged} of {len(paths)} entries whole ({total / 1e6:.1f} MB read in "
-          f"{time.perf_counter() - started_all:.1f} s)" + (f"; {damaged} damaged" if damaged else ""))
-    return 2 if damaged else 0
+        if not paths:
+            print("no cached entries to verify")
+            return 0
+        damaged = 0
+        started_all = time.perf_counter()
+        total = 0
+        for path in paths:
+            started = time.perf_counter()
+            try:
+                size = size_of(path)
+                kind = verify_entry(path)
+            except PipelineError as error:  # a damaged entry is reported and the others are still checked
+                damaged += 1
+                print(f"DAMAGED {path}: {error}", flush=True)
+                continue
+            except OSError as error:
+                print(f"error: cannot read {error.filename or path}: {error.strerror or error}", file=sys.stderr)
+                return 1
+            total += size
+            print(f"ok {path} ({kind}, {size / 1e6:.1f} MB, {time.perf_counter() - started:.2f} s)", flush=True)
+        print(f"{len(paths) - damaged} of {len(paths)} entries whole ({total / 1e6:.1f} MB read in "
+              f"{time.perf_counter() - started_all:.1f} s)" + (f"; {damaged} damaged" if damaged else ""))
+        return 2 if damaged else 0
+
+    return run_command(work)
 
 
 if __name__ == "__main__":

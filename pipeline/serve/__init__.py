@@ -37,13 +37,17 @@ from .app import MAX_BODY_BYTES, ROUTES, ServiceState, create_app
 from .batcher import ScoringBatcher, ServiceUnavailable
 from .cli import (KEPT_ON_INTERRUPT, build_parser, build_service, check_options, limits_of, load_service, main,
                   prepare, run_config, serve)
-from .models import ServedModel, checkpoint_reranker_name, load_checkpoint_model, model_options, obtain_model
+from .models import ServedModel, checkpoint_reranker_name, load_checkpoint_model, model_options, served_model
 from .schemas import RequestError, decode_json
 from .server import DEFAULT_HOST, DEFAULT_PORT, STOP_MARGIN_S, Limits, RerankServer
 from .service import RerankService
+
+#: the served model's former name (``benchmarks/serve_load.py`` imports it); the model itself is obtained by
+#: :func:`pipeline.obtain.obtain_model`, like every command's
+obtain_model = served_model
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "KEPT_ON_INTERRUPT", "MAX_BODY_BYTES", "ROUTES", "STOP_MARGIN_S", "Limits",
            "RequestError", "RerankServer", "RerankService", "ScoringBatcher", "ServedModel", "ServiceState",
            "ServiceUnavailable", "build_parser", "build_service", "check_options", "checkpoint_reranker_name",
            "create_app", "decode_json", "limits_of", "load_checkpoint_model", "load_service", "main", "model_options",
-           "obtain_model", "prepare", "project_version", "run_config", "serve"]
+           "obtain_model", "prepare", "project_version", "run_config", "serve", "served_model"]

@@ -19,13 +19,12 @@ from ..cli_options import OptionParser
 from ..config import RunConfig
 from ..core.datasets import load_dataset
 from ..core.errors import ConfigError, PipelineError
-from ..core.interrupts import exit_cleanly
-from ..core.logs import configure_logging
-from ..core.runtime import PRECISIONS, keep_freed_memory, set_threads
+from ..core.runtime import PRECISIONS, set_threads
 from ..resolve import RERANK_DEPTH, check_scoring_arithmetic
+from ..shell import run_command
 from ..stages import set_scoring_arithmetic
 from .batcher import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS
-from .models import checkpoint_reranker_name, load_checkpoint_model, obtain_model
+from .models import checkpoint_reranker_name, load_checkpoint_model, served_model
 from .server import DEFAULT_HOST, DEFAULT_PORT, STOP_MARGIN_S, Limits, RerankServer
 from .service import DEFAULT_MAX_DOCS, RerankService
 
@@ -209,7 +208,7 @@ def load_service(options: argparse.Namespace, plan: Plan) -> RerankService:
     # the dataset is read only when something uses it: the model's training (or cache key), or the first stage
     needed = options.first_stage or (options.reranker and not options.model)
     dataset = load_dataset(options.dataset, options.mirror) if options.dataset and needed else None
-    model = load_checkpoint_model(options.checkpoint) if options.checkpoint else obtain_model(plan.config, dataset)
+    model = load_checkpoint_model(options.checkpoint) if options.checkpoint else served_model(plan.config, dataset)
     precision = set_scoring_arithmetic(model.reranker, options)
     model.info["arithmetic"] = "fp32" if precision == "float32" else precision
     retriever, documents, k = None, None, RERANK_DEPTH
@@ -274,16 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         0; a bad option or an unloadable model prints ``error: ...`` (one line) and gives 2; Ctrl-C and
         ``kill`` stop the service cleanly (130 / 143).
     """
-    configure_logging()
-    keep_freed_memory()
-    code = 0
     try:
-        with exit_cleanly(KEPT_ON_INTERRUPT):
-            serve(build_parser().parse_args(argv), lambda line: print(line, flush=True))
-    except PipelineError as error:
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-        code = 2
-    except SystemExit as stop:  # exit_cleanly's 130 / 143
+        code = run_command(lambda: serve(build_parser().parse_args(argv), lambda line: print(line, flush=True)),
+                           KEPT_ON_INTERRUPT)
+    except SystemExit as stop:  # the shell's 130 / 143 (Ctrl-C, kill)
         if argv is not None:
             raise
         code = stop.code if isinstance(stop.code, int) else 1

@@ -14,7 +14,8 @@ from ..config import RunConfig
 from ..core.datasets import Dataset
 from ..core.errors import CheckpointError
 from ..core.home import home, model_root
-from ..model_cache import fold_models, training_plan
+from ..model_cache import training_plan
+from ..obtain import obtain_model
 
 
 @dataclass
@@ -112,8 +113,9 @@ def checkpoint_reranker_name(path: str | Path) -> str:
 def load_checkpoint_model(path: str | Path) -> ServedModel:
     """The re-ranker saved at ``path``, whichever it is.
 
-    Its class is the registry's entry for the name the checkpoint records, and that class's ``load`` checks
-    the rest (format, configs, weights).
+    Its name is read from the checkpoint (:func:`checkpoint_reranker_name`), its class is the registry's
+    entry for that name, and the model is obtained as every command obtains one
+    (:func:`pipeline.obtain.obtain_model`); the class's ``load`` checks the rest (format, configs, weights).
 
     Args:
         path: a file written by a re-ranker's ``save()``.
@@ -125,15 +127,14 @@ def load_checkpoint_model(path: str | Path) -> ServedModel:
         >>> load_checkpoint_model("models/vaswani/knrm-fold1of5-seed42-5bda1765b70e.pt").info["reranker"]
         'knrm'
     """
-    name = checkpoint_reranker_name(path)
-    cls = reranker_class(name)
-    reranker = cls.load(path)
-    return ServedModel(reranker, {"reranker": name, "class": f"{cls.__module__}:{cls.__qualname__}",
-                                  "options": model_options(reranker), "checkpoint": shown_path(path)})
+    obtained = obtain_model(checkpoint_reranker_name(path), path)
+    cls = obtained.cls
+    return ServedModel(obtained.reranker, {"reranker": obtained.name, "class": f"{cls.__module__}:{cls.__qualname__}",
+                                           "options": model_options(obtained.reranker), "checkpoint": shown_path(path)})
 
 
-def obtain_model(config: RunConfig, dataset: Dataset | None) -> ServedModel:
-    """The re-ranker ``config`` names.
+def served_model(config: RunConfig, dataset: Dataset | None) -> ServedModel:
+    """The re-ranker ``config`` names, obtained by :func:`pipeline.obtain.obtain_model`.
 
     ``config.model`` is loaded by the re-ranker's class (a checkpoint, or for the bi-encoder a pre-trained
     encoder by name); without it, the model ``pipeline.run`` would use for ``dataset`` is loaded from the
@@ -148,21 +149,26 @@ def obtain_model(config: RunConfig, dataset: Dataset | None) -> ServedModel:
 
     Returns:
         the loaded model and its info.
+
+    Example:
+        >>> served_model(RunConfig(reranker="bi-encoder", model="all-MiniLM-L6-v2"), None).info["reranker"]
+        'bi-encoder'
     """
     cls = reranker_class(config.reranker)
     described = {"reranker": config.reranker, "class": f"{cls.__module__}:{cls.__qualname__}"}
     if config.model:
-        reranker = cls.load(config.model)
+        reranker = obtain_model(config.reranker, config.model, cls=cls).reranker
         local = Path(config.model).expanduser().exists()
         return ServedModel(reranker, {**described, "options": model_options(reranker),
                                       "model": shown_path(config.model) if local else config.model,
                                       "checkpoint": shown_path(config.model) if Path(config.model).is_file() else None})
-    plan = training_plan(config, dataset)
+    plan = training_plan(config, dataset, cls=cls)
     folds = len(plan.folds)
-    plan = dataclasses.replace(plan, folds=plan.folds[:1])
-    trained = next(fold_models(plan, dataset))
-    checkpoint = trained.cached or trained.path
+    obtained = obtain_model(config.reranker, training=dataclasses.replace(plan, folds=plan.folds[:1]),
+                            dataset=dataset, cls=cls)
+    trained = obtained.folds[0]
     return ServedModel(trained.reranker, {**described, "options": model_options(trained.reranker),
-                                          "overrides": dict(plan.options), "checkpoint": shown_path(checkpoint),
+                                          "overrides": dict(plan.options), "checkpoint": shown_path(obtained.checkpoint),
                                           "dataset": dataset.name, "fold": trained.fold.name,
-                                          "folds": folds, "trained_now": trained.cached is None})
+                                          "folds": folds, "trained_now": obtained.trained_now})
+
