@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_framework import TINY, TOPICS, write_pairs
+from tests.test_framework import TINY, TOPICS, write_pairs, write_tiny_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,11 +124,7 @@ def run(args, tmp_path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("pairs")
-    write_pairs(root / "train", 1, TOPICS[:8])
-    write_pairs(root / "dev", 2, TOPICS[8:10])
-    write_pairs(root / "test", 3, TOPICS[10:])
-    return root
+    return write_tiny_pairs(tmp_path_factory.mktemp("pairs"))
 
 
 @pytest.fixture(scope="module")

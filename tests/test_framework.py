@@ -65,13 +65,17 @@ def write_pairs(folder: Path, seed: int, topics: list[str], per_query: int = 8) 
     (folder / "sim.txt").write_text("".join(f"{r[3]}\n" for r in rows))
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("tinypairs")
+def write_tiny_pairs(root: Path) -> Path:
+    """The tiny pair-format collection under ``root``: train on 8 topics, dev on 2, test on 2; ``root``."""
     write_pairs(root / "train", 1, TOPICS[:8])
     write_pairs(root / "dev", 2, TOPICS[8:10])
     write_pairs(root / "test", 3, TOPICS[10:])
     return root
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return write_tiny_pairs(tmp_path_factory.mktemp("tinypairs"))
 
 
 @pytest.fixture(scope="module")

@@ -84,12 +84,9 @@ def wait_for(child, needle: str, limit: float = 120) -> None:
 @pytest.mark.parametrize("signum, status, word", [(signal.SIGINT, EXIT_SIGINT, "interrupted"),
                                                   (signal.SIGTERM, EXIT_SIGTERM, "terminated")])
 def test_pipeline_run_interrupted_while_training_says_what_it_kept(tmp_path, signum, status, word):
-    from tests.test_framework import TOPICS, write_pairs
+    from tests.test_framework import write_tiny_pairs
 
-    data = tmp_path / "pairs"
-    write_pairs(data / "train", 1, TOPICS[:8])
-    write_pairs(data / "dev", 2, TOPICS[8:10])
-    write_pairs(data / "test", 3, TOPICS[10:])
+    data = write_tiny_pairs(tmp_path / "pairs")
     child = start(["-m", "pipeline.run", "--dataset", str(data), "--reranker", "hcan", "--threads", "1",
                    "--set", "embeddings=random", "--set", "embedding_dim=8", "--set", "epochs=100000",
                    "--set", "patience=100000", "--output-dir", str(tmp_path / "runs")], tmp_path,
