@@ -17,7 +17,7 @@ import torch
 
 from pipeline import export
 from pipeline.core.errors import CheckpointError, PipelineError
-from pipeline.core.records import Doc, Query
+from pipeline.core.records import Query
 from rerankers import reranker_class
 from rerankers.addax import AddaxNoHashingReranker, AddaxReranker
 from rerankers.bi_encoder import BiEncoderReranker
@@ -28,16 +28,7 @@ from rerankers.hf_export import (
 from tests.helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 from tests.test_addax import make_tiny_encoder
 from tests.test_framework import TOPICS, write_pairs
-from tests.test_hf_cross_encoder import network_attempts, save_tiny_bert  # noqa: F401  (autouse fixture)
-
-QUERY = Query("q1", "who founded the power station band")
-DOCS = [
-    Doc("d1", "power station is a pop rock group founded by two singers"),
-    Doc("d2", "a power station is a factory that burns coal"),
-    Doc("d3", "tigers live in forests"),
-    Doc("d4", ""),
-    Doc("d5", "the band toured the island and the desert with a violin and a guitar"),
-]
+from tests.test_hf_cross_encoder import DOCS, QUERY, network_attempts, save_tiny_bert  # noqa: F401  (autouse fixture)
 SMALL = {"max_query_length": 8, "max_doc_length": 16}
 
 
