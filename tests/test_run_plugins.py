@@ -90,3 +90,18 @@ def test_the_readme_plugins_train_and_rerank(site, tmp_path):
     again = run_python(command, timeout=300, PYTHONPATH=f"{site}:{REPO}", PIPELINE_MODEL_DIR=models,
                        TQDM_DISABLE="1")
     assert again.returncode == 0 and again.stderr.count("loaded") == 2 and "training" not in again.stderr
+
+
+def test_the_contract_tests_pass_for_the_readme_plugins(site, tmp_path):
+    """Installing the page's plugins must not break the test suite: the contract tests that run every
+    registered re-ranker and first stage (entry points included) pass for them, although ``MyRanker`` has
+    neither ``from_options`` nor ``prepare`` nor ``score_many`` (all optional)."""
+    tests = ["tests/test_every_reranker.py", "tests/test_batched_scoring.py", "tests/test_first_stage_contract.py"]
+    result = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, "-k", "myranker or overlap",
+                         "--rootdir", str(REPO)], timeout=600, PYTHONPATH=f"{site}:{REPO}",
+                        PIPELINE_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1", TQDM_DISABLE="1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    # the re-ranker contract (1), its batching and bf16 tests (2), the first-stage contract's two tests for the
+    # entry point and for the page's code registered in process (4)
+    passed = int(re.search(r"(\d+) passed", result.stdout).group(1))
+    assert passed >= 7 and " failed" not in result.stdout and " error" not in result.stdout
