@@ -136,3 +136,28 @@ def test_every_first_stage_builds_from_an_empty_home_and_ranks(name, dataset, em
         retriever.close()
     if name in BUILT_IN and name != "shipped":  # an index or a model was written under the empty home
         assert any(path.is_file() for path in empty_home.rglob("*"))
+
+
+def test_the_options_page_lists_every_option_and_its_commands_parse():
+    """docs/first-stages.md's section on the options names every option of every built-in first stage, and
+    its example commands are accepted (options checked against their first stage, nothing run)."""
+    import re
+    import shlex
+
+    from pipeline.run import parse_config
+    from tests.plugin_docs import PAGE
+
+    text = (PAGE.parent / "first-stages.md").read_text(encoding="utf-8")
+    section = text.split("## Every first stage's options", 1)[1].split("\n## ", 1)[0]
+    for name in BUILT_IN:
+        cls = options_class(factory_of(name))
+        for option in option_names(cls):
+            if "." not in option and option != "kind":
+                assert f"`{option}`" in section, (name, option)
+    commands = re.findall(r"^python -m pipeline\.run (.*)$", section, re.M)
+    assert commands and any("--fs-set" in command for command in commands)
+    from indexes import first_stage_options
+
+    for command in commands:
+        config = parse_config(shlex.split(command))
+        assert first_stage_options(config.first_stage, config.first_stage_settings()) is not None

@@ -12,14 +12,26 @@ from ..options import FirstStageOptions, FirstStageSettings
 from .options import CodeOptions, code_option
 
 
+class _KindFromName(FirstStageOptions):
+    @classmethod
+    def from_options(cls, options):
+        """As :meth:`FirstStageOptions.from_options`; ``kind`` is the first stage's name, not an option."""
+        from pipeline.core.errors import ConfigError
+
+        if "kind" in options and options["kind"] != cls.kind:
+            raise ConfigError(f"kind is the first stage's name ({cls.kind}), not an option; use --first-stage "
+                              f"{'colbert' if cls.kind == 'codes' else 'codes'}")
+        return super().from_options(options)
+
+
 @dataclass(frozen=True)
-class CodesOptions(CodeOptions, FirstStageOptions):
+class CodesOptions(CodeOptions, _KindFromName):
     """The options of the ``codes`` first stage: :class:`CodeOptions` (kind ``codes``) with
     ``from_options`` / ``to_options``."""
 
 
 @dataclass(frozen=True)
-class ColbertOptions(CodeOptions, FirstStageOptions):
+class ColbertOptions(CodeOptions, _KindFromName):
     """The options of the ``colbert`` first stage: :class:`CodeOptions` of kind ``colbert`` (so that a
     binary-codes option such as ``hash_head=lsh`` is refused by name)."""
 
