@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.core.atomic import write_text
 from pipeline.core.datasets import Dataset
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 from rerankers.training.data import RankingData
@@ -124,9 +125,8 @@ class NothingToLearn:
         return None
 
     def save(self, path):
-        """A marker file naming the re-ranker."""
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps({"reranker": self.name}))
+        """A marker file naming the re-ranker (written atomically, its folder made if need be)."""
+        write_text(path, json.dumps({"reranker": self.name}))
 
     @classmethod
     def load(cls, path):
