@@ -133,3 +133,52 @@ def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
     modules = {"pkg": package / "__init__.py", "pkg.low": package / "low.py", "pkg.high": package / "high.py",
                "pkg.other": package / "other.py"}
     assert imports_of("pkg.high", modules["pkg.high"], modules) == {"pkg.low", "pkg.other"}
+
+
+#: the modules that get a re-ranker model: :func:`pipeline.obtain.obtain_model` and the model cache it reads;
+#: ``pipeline.train`` trains the cache's models (``fold_models(load_cached=False)``) and hands none out
+MODEL_SOURCES = {"pipeline.obtain", "pipeline.model_cache", "pipeline.train"}
+#: what a ``.load(...)`` call may be on outside them: loaders of files and plugins, not of models
+NOT_MODELS = {"torch", "json", "yaml", "pickle", "ir_datasets", "point", "DATASET_PLUGINS"}
+#: the model cache's own ways in: a command calling one obtains a model around obtain_model
+CACHE_CALLS = {"trained_reranker", "fold_models", "obtain_reranker", "train_fold"}
+
+
+def model_acquisitions(name: str, path: Path) -> list[str]:
+    """Where module ``name`` loads or trains a re-ranker itself: a call of the model cache's functions, or a
+    ``.load(...)`` on anything but a file or plugin loader."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called in CACHE_CALLS:
+            found.append(f"{name}:{node.lineno} {called}()")
+        elif called == "load" and isinstance(func, ast.Attribute):
+            receiver = func.value
+            base = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", None)
+            if base not in NOT_MODELS:
+                found.append(f"{name}:{node.lineno} {ast.unparse(func)}()")
+    return found
+
+
+def test_obtain_model_is_the_only_way_the_commands_get_a_model():
+    modules = project_modules()
+    offenders = [where for name, path in modules.items()
+                 if name.startswith("pipeline") and not name.startswith("pipeline.core") and name not in MODEL_SOURCES
+                 for where in model_acquisitions(name, path)]
+    assert offenders == []
+    # run, serve, classify, export, pyterrier and the Python API all go through it
+    users = {name for name, path in modules.items() if "obtain_model(" in path.read_text(encoding="utf-8")}
+    assert {"pipeline.run", "pipeline.serve.models", "pipeline.classify", "pipeline.export", "pipeline.pyterrier",
+            "pipeline.api"} <= users
+
+
+def test_the_model_check_sees_a_command_loading_its_own_model(tmp_path):
+    # the checker itself: the way run.py loaded --model before obtain_model, and a model-cache call
+    source = tmp_path / "command.py"
+    source.write_text("def work(plan, config):\n    model = plan.reranker_class.load(config.model)\n"
+                      "    other = trained_reranker(plan.training, None)\n    data = json.load(open('x'))\n")
+    assert model_acquisitions("command", source) == ["command:2 plan.reranker_class.load()",
+                                                     "command:3 trained_reranker()"]

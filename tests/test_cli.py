@@ -211,3 +211,64 @@ def test_evaluate_cli_same_file_names_trec_eval_metrics_and_names(tmp_path):
                         timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == "error: --names 'BM25' is given twice; each run needs its own name\n"
+
+
+#: an expected fault for every console command (input that is not there) and what its one error line says
+EXPECTED_FAULTS = {
+    "rerank-run": (["--dataset", "{missing}/collection"], "unknown dataset"),
+    "rerank-train": (["--dataset", "{missing}/collection", "--reranker", "knrm"], "unknown dataset"),
+    "rerank-index": (["--dataset", "{missing}/collection"], "unknown dataset"),
+    "rerank-evaluate": (["{missing}/a.run", "--qrels", "{missing}/qrels.txt"], "qrels.txt: file not found"),
+    "rerank-serve": (["--checkpoint", "{missing}/model.pt"], "model.pt: no such file"),
+    "rerank-export": (["--checkpoint", "{missing}/model.pt", "--output", "{missing}/out"], "checkpoint not found"),
+    "rerank-classify": (["--dataset", "{missing}/pairs", "--reranker", "knrm"], "unknown dataset"),
+    "rerank-fuse": (["{missing}/a.run", "{missing}/b.run", "--output", "{missing}/f.run"], "run file not found"),
+    "rerank-verify": (["{missing}/index"], "no such file or directory"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED_FAULTS))
+def test_every_command_runs_in_the_shell_and_answers_a_fault_with_one_line_and_status_2(script, tmp_path, capsys,
+                                                                                       monkeypatch):
+    import tomllib
+    from importlib import import_module
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert set(scripts) == set(EXPECTED_FAULTS)  # a new command gets its case here
+    shell_runs = []
+    # the shell sets up the allocator first thing: a command that calls it ran in the shell
+    monkeypatch.setattr("pipeline.shell.keep_freed_memory", lambda: shell_runs.append(script))
+    module, function = scripts[script].split(":")
+    argv, message = EXPECTED_FAULTS[script]
+    assert getattr(import_module(module), function)([a.format(missing=tmp_path / "missing") for a in argv]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and message in errors[0], err
+    assert "Traceback" not in err and shell_runs == [script]
+    assert not (tmp_path / "missing").exists()  # nothing written
+
+
+def test_the_shell_turns_each_fault_into_one_line_and_an_exit_status(capsys):
+    import errno
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.shell import run_command
+
+    def bad_option():
+        raise ConfigError("--k must be\n   at least 1")
+
+    def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/a.run")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert run_command(bad_option) == 2
+    assert capsys.readouterr().err == "error: --k must be at least 1\n"
+    assert run_command(full_disk, on_write_error="no partial run was kept") == 1
+    assert capsys.readouterr().err == ("error: cannot write /runs/a.run: No space left on device; no partial run "
+                                       "was kept\n")
+    with pytest.raises(SystemExit) as stop:
+        run_command(interrupted, kept="finished epochs are kept")
+    assert stop.value.code == 130 and capsys.readouterr().err.strip() == "interrupted: finished epochs are kept"
+    assert run_command(lambda: None) == 0 and run_command(lambda: 3) == 3
