@@ -446,6 +446,8 @@ def test_int8_query_encoder_is_quantized_and_close_to_float(built, dataset, kind
     for a, b in zip(plain.encode_queries(texts), int8.encode_queries(texts)):
         assert a.shape == b.shape and not np.array_equal(a, b)
         assert np.min(np.sum(a * b, axis=1)) > 0.9                                   # unit vectors, nearly the same
+    alone = [int8.encode_queries([text])[0] for text in texts]                      # no other query changes one's
+    assert all(np.array_equal(a, b) for a, b in zip(alone, int8.encode_queries(texts)))
     plain_run, int8_run = plain.search(queries, 5), int8.search(queries, 5)
     overlap = np.mean([len({h.doc_id for h in plain_run[q]} & {h.doc_id for h in int8_run[q]}) / 5 for q in plain_run])
     assert overlap >= 0.6
@@ -507,11 +509,11 @@ def test_format_1_indexes_are_still_read_and_newer_formats_refused(built, datase
         (old / name).unlink()
     (old / codes.VERIFIED_STAMP).unlink(missing_ok=True)
     del meta["format"]
-    meta["files"] = describe(old, codes.build.FORMAT_1_FILES)
+    meta["files"] = describe(old, codes.directory.FORMAT_1_FILES)
     (old / codes.META_FILE).write_text(json.dumps(meta))
     queries = list(dataset.queries.values())
     assert CodeRetriever(old).search(queries, 5) == CodeRetriever(built["codes"]).search(queries, 5)
-    assert codes.storage_bytes(old) == sum((old / name).stat().st_size for name in codes.build.FORMAT_1_FILES)
+    assert codes.storage_bytes(old) == sum((old / name).stat().st_size for name in codes.directory.FORMAT_1_FILES)
     meta["format"] = 99
     (old / codes.META_FILE).write_text(json.dumps(meta))
     with pytest.raises(PipelineError, match="format 99, this version reads formats 1 and 2; rebuild"):

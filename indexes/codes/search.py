@@ -19,9 +19,9 @@ from pipeline.core.records import Query, Run, ScoredDoc
 
 from ..base import BM25Settings
 
-from .build import (
-    DocIds, build_code_index, check_format, doc_offsets, find_code_index, index_metadata, index_size_bytes, is_complete,
-    verify_code_index,
+from .build import build_code_index
+from .directory import (
+    DocIds, check_format, doc_offsets, find_code_index, index_metadata, index_size_bytes, is_complete, verify_code_index,
 )
 from . import ivf as ivf_index
 from .encoders import load_encoder_checkpoint
@@ -154,10 +154,12 @@ class CodeRetriever:
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each query's token vectors (``[tokens, dim]`` float32, L2-normalised; special tokens dropped)."""
         result = []
+        # int8: one query per forward pass, since the dynamic quantization's input scale is the batch's (a
+        # query's vectors would depend on the other queries of its batch and on their padding)
+        step = 1 if self.query_precision == "int8" else self.batch_size
         with torch.inference_mode():
-            for start in range(0, len(texts), self.batch_size):
-                ids, att = tokenize(self.tokenizer, texts[start : start + self.batch_size], self.max_query_length,
-                                    self.device)
+            for start in range(0, len(texts), step):
+                ids, att = tokenize(self.tokenizer, texts[start : start + step], self.max_query_length, self.device)
                 with _autocast(self.device):
                     q, mask = self.model.encode_queries(ids, att)
                 q, mask = q.float().cpu().numpy(), mask.cpu().numpy()
