@@ -134,6 +134,22 @@ class NothingToLearn:
         return cls()
 
 
+def save_tiny_bert(folder: Path) -> str:
+    """A random 2-layer BERT (hidden 32, BERT's default dropout 0.1, seed 0) saved in ``folder`` with MiniLM's
+    tokenizer: a local encoder directory for the code and dense first stages; ``folder`` as a string."""
+    import transformers
+
+    from infra.encoders import load_encoder
+
+    tokenizer, _ = load_encoder()
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 def assert_the_loss_falls(report, epochs):
     """``report`` (a training report) has one loss per epoch, ``epochs`` of them, the last below the first."""
     losses = [epoch.loss for epoch in report.epochs]

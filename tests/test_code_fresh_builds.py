@@ -18,14 +18,12 @@ from pathlib import Path
 
 import faiss
 import pytest
-import torch
-import transformers
 
 from indexes.codes import CodeOptions, CodeRetriever, build_code_index, index_metadata, is_complete
 from pipeline.core.datasets import load_local
 from pipeline.core.errors import PipelineError
 from pipeline.core.locks import exclusive, lock_path
-from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.helpers import one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixture)
 from tests.test_framework import TOPICS, write_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,16 +59,7 @@ def one_faiss_thread():
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> str:
     """A random 2-layer BERT (hidden 32, BERT's default dropout 0.1) with MiniLM's tokenizer."""
-    from infra.encoders import load_encoder
-
-    tokenizer, _ = load_encoder()
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture()

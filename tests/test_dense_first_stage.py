@@ -19,7 +19,7 @@ from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 
 from conftest import run_python, write
-from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.helpers import one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixture)
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -31,16 +31,7 @@ WORDS = ("wind tunnel pressure wing boundary layer flow shock heat plate cone je
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> str:
     """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
-    from infra.encoders import load_encoder
-
-    tokenizer, _ = load_encoder()
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture(scope="module")
