@@ -63,10 +63,10 @@ def score_heads_in_float32(module, enabled: bool = True) -> None:
 
 
 def _float32_linear(layer):
-    import torch
-    import torch.nn.functional as F
-
     def forward(x):
+        import torch  # here, not around: the closure holds the layer alone (torch is imported by then)
+        import torch.nn.functional as F
+
         with torch.autocast(x.device.type, enabled=False):
             return F.linear(x.float(), layer.weight.float(), None if layer.bias is None else layer.bias.float())
     return forward
