@@ -72,6 +72,19 @@ def assert_located(error, path, line: int | None) -> None:
     assert str(error).startswith(where), str(error)
 
 
+def raises_at(path, line, call, *args, **kwargs):
+    """Call ``call(path, *args, **kwargs)`` (draining a generator), check the DataFormatError it raises points
+    at ``path:line`` (:func:`assert_located`), and return it."""
+    from pipeline.core.errors import DataFormatError
+
+    with pytest.raises(DataFormatError) as info:
+        result = call(path, *args, **kwargs)
+        if hasattr(result, "__next__"):
+            list(result)
+    assert_located(info.value, path, line)
+    return info.value
+
+
 def subprocess_env(**extra) -> dict[str, str]:
     """The environment for a child ``python``: this session's caches, the repo importable, no network."""
     env = dict(os.environ)

@@ -10,22 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_located, write
+from conftest import assert_located, raises_at, write
 from pipeline.core import formats
 from pipeline.core.datasets import load_local, pair_dataset, read_pair_folder
 from pipeline.core.datasets.pair_format import read_wikiqa_tsv
 from pipeline.core.errors import ConfigError, DataFormatError
 from pipeline.core.records import Doc, Qrel, Query
-
-
-def raises_at(path, line, call, *args, **kwargs) -> DataFormatError:
-    """Call (draining a generator) and check the DataFormatError points at path:line."""
-    with pytest.raises(DataFormatError) as info:
-        result = call(path, *args, **kwargs)
-        if hasattr(result, "__next__"):
-            list(result)
-    assert_located(info.value, path, line)
-    return info.value
 
 
 # ----------------------------------------------------------------------------------------- topics

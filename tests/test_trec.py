@@ -7,22 +7,12 @@ import stat
 
 import pytest
 
-from conftest import assert_located, write
+from conftest import raises_at, write
 from pipeline.core import formats
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.errors import DataFormatError, PipelineError
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 from pipeline.core.textio import iter_lines, read_text
-
-
-def raises_at(path, line, call, *args, **kwargs) -> DataFormatError:
-    """Call (draining a generator) and check the DataFormatError points at path:line."""
-    with pytest.raises(DataFormatError) as info:
-        result = call(path, *args, **kwargs)
-        if hasattr(result, "__next__"):
-            list(result)
-    assert_located(info.value, path, line)
-    return info.value
 
 
 # ---------------------------------------------------------------------------------------- textio
