@@ -72,65 +72,31 @@ def test_microblog_style_topic_numbers_lose_their_prefix(tmp_path):
     assert formats.read_topics(path) == {"111": Query("111", "water shortages"), "2": Query("2", "second")}
 
 
-def test_tsv_topic_line_without_tab(tmp_path):
-    path = write(tmp_path / "topics.tsv", "1\tfine\n2 no tab on this line\n3\tfine\n")
-    error = raises_at(path, 2, formats.read_topics)
-    assert "TAB" in str(error)
+#: a topics file the readers refuse: (test id, file name, content, the line named, a fragment of the message)
+BAD_TOPICS = [
+    ("tsv_topic_line_without_tab", "topics.tsv", "1\tfine\n2 no tab on this line\n3\tfine\n", 2, "TAB"),
+    ("sgml_top_never_closed", "topics.txt",
+     "<top>\n<num> 1 </num>\n<title> a </title>\n</top>\n\n<top>\n<num> 2 </num>\n<title> b </title>\n", 6, "</top>"),
+    ("sgml_top_opened_twice", "topics.txt", "<top>\n<num> 1 </num>\n<title> a </title>\n<top>\n", 4, ""),
+    ("sgml_topic_without_num", "topics.txt",
+     "<top>\n<num> 1 </num>\n<title> a </title>\n</top>\n<top>\n<title> no number </title>\n</top>\n", 5, "<num>"),
+    ("sgml_topic_without_title", "topics.txt", "<top>\n<num> 1 </num>\n<desc> only a description </desc>\n</top>\n",
+     1, ""),
+    ("duplicate_query_ids_in_tsv_topics", "topics.tsv", "1\ta\n2\tb\n1\tc\n", 3, "duplicate"),
+    ("duplicate_query_ids_in_sgml_topics", "topics.txt",
+     "<top><num>5</num><title>a</title></top>\n<top><num>6</num><title>b</title></top>\n"
+     "<top>\n<num>5</num>\n<title>c</title>\n</top>\n", 3, "'5'"),
+    ("empty_query_text_in_tsv_topics", "topics.tsv", "1\ta\n2\t   \t \n", 2, "empty"),
+    ("empty_query_text_in_sgml_topics", "topics.txt",
+     "<top><num>1</num><title>a</title></top>\n\n<top><num>2</num><title>  </title></top>\n", 3, ""),
+]
 
 
-def test_sgml_top_never_closed(tmp_path):
-    path = write(
-        tmp_path / "topics.txt",
-        "<top>\n<num> 1 </num>\n<title> a </title>\n</top>\n\n<top>\n<num> 2 </num>\n<title> b </title>\n",
-    )
-    error = raises_at(path, 6, formats.read_topics)
-    assert "</top>" in str(error)
-
-
-def test_sgml_top_opened_twice(tmp_path):
-    path = write(tmp_path / "topics.txt", "<top>\n<num> 1 </num>\n<title> a </title>\n<top>\n")
-    raises_at(path, 4, formats.read_topics)
-
-
-def test_sgml_topic_without_num(tmp_path):
-    path = write(
-        tmp_path / "topics.txt",
-        "<top>\n<num> 1 </num>\n<title> a </title>\n</top>\n<top>\n<title> no number </title>\n</top>\n",
-    )
-    error = raises_at(path, 5, formats.read_topics)
-    assert "<num>" in str(error)
-
-
-def test_sgml_topic_without_title(tmp_path):
-    path = write(tmp_path / "topics.txt", "<top>\n<num> 1 </num>\n<desc> only a description </desc>\n</top>\n")
-    raises_at(path, 1, formats.read_topics)
-
-
-def test_duplicate_query_ids_in_tsv_topics(tmp_path):
-    path = write(tmp_path / "topics.tsv", "1\ta\n2\tb\n1\tc\n")
-    error = raises_at(path, 3, formats.read_topics)
-    assert "duplicate" in str(error)
-
-
-def test_duplicate_query_ids_in_sgml_topics(tmp_path):
-    path = write(
-        tmp_path / "topics.txt",
-        "<top><num>5</num><title>a</title></top>\n<top><num>6</num><title>b</title></top>\n"
-        "<top>\n<num>5</num>\n<title>c</title>\n</top>\n",
-    )
-    error = raises_at(path, 3, formats.read_topics)
-    assert "'5'" in str(error)
-
-
-def test_empty_query_text_in_tsv_topics(tmp_path):
-    path = write(tmp_path / "topics.tsv", "1\ta\n2\t   \t \n")
-    error = raises_at(path, 2, formats.read_topics)
-    assert "empty" in str(error)
-
-
-def test_empty_query_text_in_sgml_topics(tmp_path):
-    path = write(tmp_path / "topics.txt", "<top><num>1</num><title>a</title></top>\n\n<top><num>2</num><title>  </title></top>\n")
-    raises_at(path, 3, formats.read_topics)
+@pytest.mark.parametrize("name,content,line,fragment", [case[1:] for case in BAD_TOPICS],
+                         ids=[case[0] for case in BAD_TOPICS])
+def test_a_bad_topics_file_is_refused_at_its_line(tmp_path, name, content, line, fragment):
+    error = raises_at(write(tmp_path / name, content), line, formats.read_topics)
+    assert fragment in str(error)
 
 
 def test_empty_topics_file(tmp_path):
