@@ -47,7 +47,7 @@ from pipeline.core.atomic import atomic_directory, atomic_write, remove_stale_te
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.home import index_root as home_index_root
-from pipeline.core.locks import exclusive
+from pipeline.core.locks import build_once
 from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
@@ -190,12 +190,8 @@ def build_index(dataset: Dataset, options: Bm25sOptions = Bm25sOptions(), root: 
     EnglishAnalyzer(options.stemmer)  # a refused stemmer fails before anything is read or locked
     path = index_path(dataset, options, root)
     remove_stale_temps(path)
-    if filecheck.is_complete(path, META_FILE) and not force:
-        return path
-    with exclusive(path):  # one builder per entry; a second process waits, then finds it built
-        if filecheck.is_complete(path, META_FILE) and not force:
-            return path
-        return _build(dataset, options, path)
+    return build_once(path, lambda entry: filecheck.is_complete(entry, META_FILE), lambda: _build(dataset, options, path),
+                      force)
 
 
 def _build(dataset: Dataset, options: Bm25sOptions, path: Path) -> Path:

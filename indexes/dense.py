@@ -19,8 +19,9 @@ place (:func:`pipeline.core.atomic.atomic_directory`), with the sizes and SHA-25
 its metadata and checked when it is opened (:mod:`pipeline.core.filecheck`): a damaged index is an error
 naming the command that clears it, never different rankings.
 
-torch, transformers and faiss are imported inside the functions that use them: the command line imports
-this module to check ``--dense-set`` options.
+The text encoder is :mod:`indexes.dense_encoder`; the resumable shards, shared with the code indexes,
+:mod:`indexes.shards`. torch, transformers and faiss are imported inside the functions that use them: the
+command line imports this module to check ``--dense-set`` options.
 """
 from __future__ import annotations
 
@@ -33,18 +34,19 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from pipeline.core import filecheck
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.home import index_root
-from pipeline.core.locks import exclusive
+from pipeline.core.locks import build_once
 from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
+from .dense_encoder import TextEncoder, encoder_identity, resolve_pooling, set_threads
 from .options import FirstStageOptions, FirstStageSettings
 
 log = logging.getLogger(__name__)
@@ -127,104 +129,6 @@ def _digest(value) -> str:
     return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
 
 
-# ----------------------------------------------------------------------------------------- the encoder
-
-
-def encoder_identity(name: str) -> dict:
-    """What identifies encoder ``name`` in a cache key: the name for a hub id; for a local directory (the
-    packaged MiniLM included) the SHA-256 of its ``config.json`` and the sizes of its weight files, so a
-    directory whose model changes gets a new index while the same model at another path does not."""
-    from infra.encoders import _MINILM_NAMES, DEFAULT_ENCODER, resolve_encoder
-
-    location = Path(resolve_encoder(name))
-    label = DEFAULT_ENCODER if name.lower() in _MINILM_NAMES else name
-    if not location.is_dir():
-        return {"name": label}
-    config = location / "config.json"
-    weights = sorted(p for p in location.iterdir() if p.suffix in (".safetensors", ".bin") and p.is_file())
-    return {"name": label if name.lower() in _MINILM_NAMES else "directory",
-            "config_sha256": filecheck.file_sha256(config) if config.is_file() else None,
-            "weights": {p.name: p.stat().st_size for p in weights}}
-
-
-def resolve_pooling(options: DenseOptions) -> str:
-    """``mean`` or ``cls``: ``options.pooling``, or for ``auto`` what a sentence-transformers directory's
-    ``1_Pooling/config.json`` says (``pooling_mode_cls_token``), else ``mean``."""
-    if options.pooling != "auto":
-        return options.pooling
-    from infra.encoders import resolve_encoder
-
-    config = Path(resolve_encoder(options.encoder)) / "1_Pooling" / "config.json"
-    try:
-        pooling = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "mean"
-    return "cls" if pooling.get("pooling_mode_cls_token") and not pooling.get("pooling_mode_mean_tokens") else "mean"
-
-
-def _set_threads(threads: int | None) -> None:
-    if threads is None:
-        return
-    import faiss
-    import torch
-
-    torch.set_num_threads(threads)
-    faiss.omp_set_num_threads(threads)
-
-
-class TextEncoder:
-    """Pooled, optionally normalised vectors of texts (``encode(texts, max_length) -> [n, d] float32``)."""
-
-    def __init__(self, options: DenseOptions):
-        from pipeline.core.runtime import resolve_device
-        from infra.encoders import load_encoder
-
-        self.options = options
-        self.pooling = resolve_pooling(options)
-        self.device = resolve_device(options.device)
-        self.tokenizer, self.model = load_encoder(options.encoder)
-        self.model.to(self.device).eval()
-        positions = getattr(self.model.config, "max_position_embeddings", None)
-        # RoBERTa-style models reserve the first positions (padding_idx + 1 of them)
-        reserved = (getattr(self.model.config, "pad_token_id", None) or 0) + 1 if "roberta" in self.model.config.model_type else 0
-        self.position_limit = positions - reserved if positions else None
-        self.dim = int(self.model.config.hidden_size)
-
-    def limit(self, max_length: int) -> int:
-        """``max_length`` cut to what the model's positions hold."""
-        return min(max_length, self.position_limit) if self.position_limit else max_length
-
-    def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None) -> "np.ndarray":
-        """``[len(texts), dim]`` float32 vectors; batches are formed by token length (less padding)."""
-        import numpy as np
-        import torch
-
-        max_length = self.limit(max_length)
-        batch_size = batch_size or self.options.batch_size
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
-        order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
-        result = np.zeros((len(texts), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
-                batch = self.tokenizer([texts[i] for i in rows], truncation=True, max_length=max_length,
-                                       padding=True, return_tensors="pt")
-                ids, attention = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
-                states = self.model(input_ids=ids, attention_mask=attention).last_hidden_state.float()
-                if self.pooling == "cls":
-                    pooled = states[:, 0]
-                else:  # mean over real tokens, as the bi-encoder re-ranker (rerankers.bi_encoder) pools
-                    weights = attention.unsqueeze(-1).to(states.dtype)
-                    pooled = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
-                if self.options.normalize:
-                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                result[rows] = pooled.cpu().numpy()
-        return result
-
-
 # ----------------------------------------------------------------------------------------- building
 
 
@@ -274,77 +178,25 @@ def build_dense_index(dataset: Dataset, options: DenseOptions = DenseOptions(), 
         >>> path = build_dense_index(load_dataset("cranfield"))  # doctest: +SKIP
     """
     path = dense_index_path(dataset, options, root)
-    if is_complete(path) and not force:
-        return path
-    with exclusive(path):  # one builder per entry; a second process waits, then finds it built
-        if is_complete(path) and not force:
-            return path
-        return _build(dataset, options, path, force)
-
-
-def _chunks(items: Iterator, size: int) -> Iterator[list]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    return build_once(path, is_complete, lambda: _build(dataset, options, path, force), force)
 
 
 def _build(dataset: Dataset, options: DenseOptions, path: Path, force: bool) -> Path:
     import numpy as np
-    from tqdm.auto import tqdm
+
+    from .shards import encode_shards, prepare_shards
 
     started = time.perf_counter()
-    _set_threads(options.threads)
+    set_threads(options.threads)
     encoder = TextEncoder(options)
     shards = path.parent / f".{path.name}.shards"
-    manifest = {"index": path.name, "shard_size": options.shard_size, "format": FORMAT}
-    if shards.is_dir():
-        try:
-            previous = json.loads((shards / SHARD_MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        if force or previous != manifest:
-            shutil.rmtree(shards)
-    if not shards.is_dir():
-        shards.mkdir(parents=True)
-        with atomic_write(shards / SHARD_MANIFEST) as handle:
-            json.dump(manifest, handle)
-
-    total = len(dataset._store) if dataset._store is not None else None
-    shard_files, resumed = [], 0
-    with tqdm(total=total, desc=f"encoding {dataset.name} docs (dense)", unit="doc",
-              **progress_switch(options.progress)) as bar:
-        for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
-            shard = shards / f"shard-{number:05d}.npz"
-            ids = [doc.doc_id for doc in chunk]
-            if shard.is_file():
-                try:
-                    with np.load(shard, allow_pickle=False) as stored:
-                        same = stored["doc_ids"].tolist() == ids and stored["vectors"].shape == (len(ids), encoder.dim)
-                except (OSError, ValueError, KeyError):
-                    same = False
-                if same:
-                    shard_files.append(shard)
-                    resumed += 1
-                    bar.update(len(chunk))
-                    continue
-                log.warning("%s: documents changed since the interrupted build; re-encoding from here", shard)
-                for stale in shards.glob("shard-*.npz"):
-                    if int(stale.stem.split("-")[1]) >= number:
-                        stale.unlink()
-            vectors = encoder.encode([doc.text for doc in chunk], options.max_doc_length)
-            with atomic_write(shard, "wb") as handle:
-                np.savez(handle, doc_ids=np.array(ids, dtype=str), vectors=vectors)
-            shard_files.append(shard)
-            bar.update(len(chunk))
-    if not shard_files:
-        raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
-    if resumed:
-        log.info("resumed %s: %d of %d shards were already encoded", path.name, resumed, len(shard_files))
+    prepare_shards(shards, {"index": path.name, "shard_size": options.shard_size, "format": FORMAT}, SHARD_MANIFEST,
+                   force)
+    shard_files, _ = encode_shards(
+        dataset, shards, options.shard_size,
+        lambda chunk: {"vectors": encoder.encode([doc.text for doc in chunk], options.max_doc_length)},
+        f"encoding {dataset.name} docs (dense)", options.progress,
+        fits=lambda stored: stored["vectors"].shape == (len(stored["doc_ids"]), encoder.dim))
 
     import faiss
 
@@ -429,7 +281,7 @@ class DenseRetriever:
             raise PipelineError(f"{path}: not a finished dense index (it is built by --first-stage dense)")
         verify_dense_index(path)  # a damaged index is an error, never different rankings
         self.path, self.options, self.meta = path, options, index_metadata(path)
-        _set_threads(options.threads)
+        set_threads(options.threads)
         self.encoder = TextEncoder(options)
         if self.encoder.dim != self.meta["dim"] or self.encoder.pooling != self.meta.get("pooling"):
             raise PipelineError(f"{path}: built with {self.meta['dim']}-dimensional {self.meta.get('pooling')} "

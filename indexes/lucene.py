@@ -16,7 +16,6 @@ import errno
 import hashlib
 import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -29,13 +28,13 @@ from pipeline.core.datasets import Dataset
 from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core import filecheck
 from pipeline.core.home import index_root as home_index_root
-from pipeline.core.locks import exclusive
+from pipeline.core.locks import build_once
 from pipeline.core.names import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
 from .options import BM25Options, FirstStageSettings, RM3Options
-from .jvm import anserini_class
+from .jvm import anserini_class, is_java_exception, java_errors, java_failure, java_reason
 from .lucene_check import check_index, verify_index
 
 log = logging.getLogger(__name__)
@@ -92,12 +91,7 @@ def build_index(
     (:mod:`indexes.lucene_check`), and one process at a time builds it."""
     path = index_path(dataset, options, root)
     remove_stale_temps(path)  # what a builder killed with SIGKILL left (its process is gone)
-    if is_complete(path) and not force:
-        return path
-    with exclusive(path):  # one builder per index; a second process waits, then finds it built
-        if is_complete(path) and not force:
-            return path
-        return _build(dataset, options, path, threads)
+    return build_once(path, is_complete, lambda: _build(dataset, options, path, threads), force)
 
 
 def _build(dataset: Dataset, options: LuceneOptions, path: Path, threads: int) -> Path:
@@ -290,63 +284,11 @@ MAX_QUERY_TERMS = 16384
 #: terms (Lucene's default, 1,024, fails a query of 1,100 distinct words)
 MAX_CLAUSES = 2 * MAX_QUERY_TERMS
 
-#: Java exceptions that mean the index files cannot be read as an index
-_DAMAGE = ("CorruptIndexException", "IndexFormatTooOldException", "IndexFormatTooNewException", "EOFException",
-           "NoSuchFileException", "FileNotFoundException", "IndexNotFoundException", "ChecksumIndexInput")
-
-
 def allow_long_queries() -> None:
     """Raise Lucene's clause limit (a JVM-wide setting) to :data:`MAX_CLAUSES` unless it is higher already."""
     searcher = anserini_class("org.apache.lucene.search.IndexSearcher")
     if searcher.getMaxClauseCount() < MAX_CLAUSES:
         searcher.setMaxClauseCount(MAX_CLAUSES)
-
-
-def java_failure(error: Exception, path: Path, external: bool = False) -> PipelineError:
-    """The one-line project error for Java exception ``error`` raised by Anserini over the index ``path``:
-    a damaged index is a :class:`CorruptCacheError` saying how to rebuild it (or, for an index built
-    outside the project, that it cannot be read), anything else a :class:`PipelineError` with Java's
-    class and message."""
-    classname = str(getattr(error, "classname", "") or type(error).__name__)
-    reason = java_reason(error)
-    if any(name in classname for name in _DAMAGE):
-        if external:
-            return CorruptCacheError(f"the Lucene index {path} cannot be read ({reason})")
-        return filecheck.damaged(Path(path), "Lucene index", reason)
-    if "OutOfMemoryError" in classname:
-        return PipelineError(f"Anserini ran out of Java heap over {path} ({reason}); give it more with "
-                             f"PIPELINE_JVM_HEAP (now {os.environ.get('PIPELINE_JVM_HEAP', '4g')})")
-    return PipelineError(f"Anserini failed over the Lucene index {path} ({reason})")
-
-
-def java_reason(error: Exception) -> str:
-    """``Class: message`` of Java exception ``error`` on one line (its short class name, the first line of its
-    message, at most 300 characters)."""
-    classname = str(getattr(error, "classname", "") or type(error).__name__)
-    message = str(getattr(error, "innermessage", "") or "").strip()
-    if not message:
-        lines = str(error).strip().splitlines()
-        message = lines[0].replace("JVM exception occurred: ", "") if lines else ""
-    message = (message.splitlines() or [""])[0][:300]
-    short = classname.rsplit(".", 1)[-1].replace("$", ".")
-    return f"{short}: {message}" if message else short
-
-
-@contextlib.contextmanager
-def java_errors(path: Path, external: bool = False):
-    """Turn a Java exception raised by the ``with`` body into :func:`java_failure`'s one-line error."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - jnius.JavaException (jnius is imported lazily)
-        if not is_java_exception(error):
-            raise
-        raise java_failure(error, path, external) from None
-
-
-def is_java_exception(error: BaseException) -> bool:
-    """True for pyjnius' ``JavaException`` (an exception thrown in the JVM), told by its type so that jnius,
-    which starts the JVM when imported, is not imported for it."""
-    return type(error).__name__ == "JavaException" and type(error).__module__.split(".")[0] == "jnius"
 
 
 @contextlib.contextmanager

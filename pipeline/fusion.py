@@ -20,22 +20,13 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .core.errors import ConfigError, PipelineError
-from .core.records import Qrel, Run, ScoredDoc, ranked
+from .core.records import Qrel, Run, ScoredDoc, minmax, ranked
 from .stages import rerank
 
 log = logging.getLogger("pipeline.fusion")
 
 #: weights tried by :func:`tune_weight`: 0, 0.05, ..., 1
 DEFAULT_GRID = tuple(round(i * 0.05, 2) for i in range(21))
-
-
-def minmax(hits: Sequence[ScoredDoc]) -> dict[str, float]:
-    """``doc_id -> score`` rescaled to [0, 1] within one query (all 0 when every score is equal)."""
-    if not hits:
-        return {}
-    low = min(h.score for h in hits)
-    span = max(h.score for h in hits) - low
-    return {h.doc_id: (h.score - low) / span if span > 0 else 0.0 for h in hits}
 
 
 def weighted_sum(runs: Sequence[Sequence[ScoredDoc]], weights: Sequence[float], query_id: str) -> list[ScoredDoc]:

@@ -58,39 +58,37 @@ The package, one job per module (each imports only the ones listed before it):
 * :mod:`.hashing`: the ``lsh`` recipe (hyperplanes, centring, draws);
 * :mod:`.encoders`: encoder checkpoints and their cache;
 * :mod:`.ivf`: the inverted-file index for large collections (built from shards, memory-mapped);
-* :mod:`.build`: encoding documents into shards and assembling (and verifying) the faiss index;
+* :mod:`.directory`: a built index's cache directory, metadata, document ids and offsets, verification;
+* :mod:`.build`: encoding documents into shards and assembling the faiss index;
 * :mod:`.search`: :class:`CodeRetriever` and the ``codes`` / ``colbert`` first-stage factories.
 """
 from __future__ import annotations
 
 import importlib
 
-#: public name -> the module of this package that defines it (imported on first use: ``CodeOptions`` is
+#: each module of this package -> the public names it defines (imported on first use: ``CodeOptions`` is
 #: needed to check a command line, which must not import torch and faiss)
-EXPORTS = {
-    "KINDS": "options", "INDEX_TYPES": "options", "HASH_HEADS": "options",
-    "META_FILE": "options", "FAISS_FILE": "options", "TOKEN_DOCS_FILE": "options", "DOC_IDS_FILE": "options",
-    "DOC_OFFSETS_FILE": "options", "DOC_ID_BYTES_FILE": "options", "DOC_ID_OFFSETS_FILE": "options",
-    "INDEX_FORMAT": "options", "RESCORE_DEPTH": "options", "DocIds": "build", "doc_offsets": "build",
-    "check_format": "build", "storage_bytes": "build",
-    "ENCODER_FILE": "options", "ENCODER_META": "options", "SHARD_MANIFEST": "options",
-    "CHECKPOINT_FORMAT": "options", "GPU_MAX_K": "options", "TRAINING_COMPANIONS": "options",
-    "code_index_root": "options", "CodeOptions": "options", "LATER_FIELDS": "options", "PERSISTED_NAMES": "options",
-    "pack_codes": "model", "unpack_codes": "model", "maxsim": "model", "TokenCodeEncoder": "model",
-    "centred_similarity": "model", "skip_token_ids": "model", "new_encoder": "model", "tokenize": "model",
-    "TrainingSource": "training", "resolve_training": "training", "bm25_negatives": "training",
-    "TrainingBatch": "training", "BatchSampler": "training", "contrastive_loss": "training",
-    "TrainingReport": "training", "train_encoder": "training", "random_hyperplanes": "hashing",
-    "hashed_from_float": "hashing", "recentre": "hashing", "centring_summary": "hashing", "CENTER_DOCS": "hashing",
-    "center_sample": "hashing", "draw_seeds": "hashing", "AGREEMENT_QUERIES": "hashing",
-    "AGREEMENT_DOCS": "hashing", "kendall_tau": "hashing", "agreement_sample": "hashing",
-    "hyperplane_agreement": "hashing", "save_encoder": "encoders", "load_encoder_checkpoint": "encoders",
-    "encoder_path": "encoders", "obtain_encoder": "encoders", "index_path": "build", "is_complete": "build",
-    "index_metadata": "build", "index_size_bytes": "build", "find_code_index": "build", "encode_documents": "build",
-    "build_code_index": "build", "verify_code_index": "build", "VERIFIED_FILES": "build", "VERIFIED_STAMP": "build",
-    "CodeRetriever": "search", "codes_first_stage": "search", "colbert_first_stage": "search",
+PUBLIC = {
+    "options": ("KINDS", "INDEX_TYPES", "HASH_HEADS", "META_FILE", "FAISS_FILE", "TOKEN_DOCS_FILE",
+        "DOC_IDS_FILE", "DOC_OFFSETS_FILE", "DOC_ID_BYTES_FILE", "DOC_ID_OFFSETS_FILE", "INDEX_FORMAT",
+        "RESCORE_DEPTH", "ENCODER_FILE", "ENCODER_META", "SHARD_MANIFEST", "CHECKPOINT_FORMAT", "GPU_MAX_K",
+        "TRAINING_COMPANIONS", "code_index_root", "CodeOptions", "LATER_FIELDS", "PERSISTED_NAMES"),
+    "model": ("pack_codes", "unpack_codes", "maxsim", "TokenCodeEncoder", "centred_similarity", "skip_token_ids",
+        "new_encoder", "tokenize"),
+    "training": ("TrainingSource", "resolve_training", "bm25_negatives", "TrainingBatch", "BatchSampler",
+        "contrastive_loss", "TrainingReport", "train_encoder"),
+    "hashing": ("random_hyperplanes", "hashed_from_float", "recentre", "centring_summary", "CENTER_DOCS",
+        "center_sample", "draw_seeds", "AGREEMENT_QUERIES", "AGREEMENT_DOCS", "kendall_tau", "agreement_sample",
+        "hyperplane_agreement"),
+    "encoders": ("save_encoder", "load_encoder_checkpoint", "encoder_path", "obtain_encoder"),
+    "directory": ("DocIds", "doc_offsets", "check_format", "storage_bytes", "index_path", "is_complete",
+        "index_metadata", "index_size_bytes", "find_code_index", "verify_code_index", "VERIFIED_FILES",
+        "VERIFIED_STAMP"),
+    "build": ("encode_documents", "build_code_index"),
+    "search": ("CodeRetriever", "codes_first_stage", "colbert_first_stage"),
 }
-SUBMODULES = ("options", "model", "training", "hashing", "encoders", "ivf", "build", "search")
+EXPORTS = {name: module for module, names in PUBLIC.items() for name in names}
+SUBMODULES = ("options", "model", "training", "hashing", "encoders", "ivf", "directory", "build", "search")
 __all__ = sorted(EXPORTS)
 
 

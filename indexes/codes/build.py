@@ -1,185 +1,39 @@
 """Building a code index: documents encoded into resumable shards, assembled into a faiss index in a
-temporary directory renamed into place; its cache directory, metadata and completeness."""
+temporary directory renamed into place (:mod:`.directory`: where it lives, its metadata and files)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections import abc
 import json
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from pipeline.core.atomic import atomic_directory, atomic_write
-from pipeline.core.progress import progress_switch
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
-from pipeline.core.names import safe_name
-from pipeline.core import filecheck
-from pipeline.core.filecheck import check, damaged, describe, file_sha256
-from pipeline.core.locks import exclusive
+from pipeline.core.filecheck import describe, file_sha256
+from pipeline.core.locks import build_once, exclusive
 from infra import distributed
 
+from ..shards import encode_shards, prepare_shards
 from . import ivf as ivf_index
+from .directory import VERIFIED_FILES, DocIds, index_path, index_size_bytes, is_complete
 from .encoders import load_encoder_checkpoint, obtain_encoder, save_encoder
 from .hashing import center_sample, centring_summary, recentre
 from .model import _autocast, _set_threads, pack_codes, tokenize
 from .options import (
-    CodeOptions, DOC_ID_BYTES_FILE, DOC_ID_OFFSETS_FILE, DOC_IDS_FILE, DOC_OFFSETS_FILE, ENCODER_FILE, FAISS_FILE,
-    INDEX_FORMAT, META_FILE, SHARD_MANIFEST, TOKEN_DOCS_FILE, _digest, code_index_root,
+    CodeOptions, DOC_OFFSETS_FILE, ENCODER_FILE, FAISS_FILE, INDEX_FORMAT, META_FILE, SHARD_MANIFEST, code_index_root,
 )
 from .training import TrainingSource, resolve_training
 
 log = logging.getLogger(__name__)
-
-#: the index files whose size and SHA-256 the metadata records (the encoder checkpoint carries its own digest)
-VERIFIED_FILES = (FAISS_FILE, DOC_OFFSETS_FILE, DOC_ID_BYTES_FILE, DOC_ID_OFFSETS_FILE)
-#: the files of a format-1 index (a JSON list of ids, one document number per vector)
-FORMAT_1_FILES = (FAISS_FILE, TOKEN_DOCS_FILE, DOC_IDS_FILE)
-#: written beside them after a verification: each file's size and modification time
-VERIFIED_STAMP = "pipeline-verified.json"
-
-
-def index_path(dataset: Dataset, options: CodeOptions, source: TrainingSource, root: Path | None = None) -> Path:
-    """The cache directory of ``dataset``'s code index with ``options`` and training data ``source``."""
-    digest = _digest({"dataset": dataset.fingerprint, "options": options.key_fields(), "training": source.key()})
-    return (root or code_index_root()) / f"{safe_name(dataset.name, fallback='dataset')}-{options.kind}-{digest}"
-
-
-def is_complete(path: Path) -> bool:
-    """True when ``path`` holds a finished code index (its metadata file is written last)."""
-    return filecheck.is_complete(path, META_FILE)
-
-
-def verify_code_index(path: Path) -> None:
-    """Raise :class:`~pipeline.core.errors.CorruptCacheError` unless the index files at ``path`` are the ones
-    its build wrote (sizes always; SHA-256 digests when they changed since the last verification; indexes
-    built before digests were recorded are checked for presence only). The encoder checkpoint checks itself
-    (:mod:`infra.checkpoints`)."""
-    meta = index_metadata(path)
-    check_format(path, meta)
-    recorded = meta.get("files") or {name: None for name in FORMAT_1_FILES}
-    if all(facts is not None for facts in recorded.values()):
-        check(path, recorded, VERIFIED_STAMP, "code index")
-        return
-    missing = [name for name in (*recorded, ENCODER_FILE) if not (Path(path) / name).is_file()]
-    if missing:
-        raise damaged(Path(path), "code index", f"{', '.join(missing)} missing")
-
-
-def index_metadata(path: Path) -> dict:
-    """The metadata a finished build wrote into ``path`` (an unreadable file is a damaged index)."""
-    return filecheck.read_metadata(path, META_FILE, "code index")
-
-
-def index_size_bytes(path: Path) -> int:
-    """Size of the faiss index: its file (the codes / vectors and, for HNSW, the graph) and, for a format-2
-    IVF index, its inverted lists on disk."""
-    lists = Path(path) / ivf_index.DATA_FILE
-    return (Path(path) / FAISS_FILE).stat().st_size + (lists.stat().st_size if lists.is_file() else 0)
-
-
-def storage_bytes(path: Path) -> int:
-    """Bytes of everything a search reads from an index directory (the faiss index, an IVF index's vectors,
-    the document offsets and ids), the encoder checkpoint and the metadata excepted."""
-    meta = index_metadata(path)
-    names = meta.get("files") or {name: None for name in FORMAT_1_FILES}
-    return sum((Path(path) / name).stat().st_size for name in names)
-
-
-def check_format(path: Path, meta: dict) -> int:
-    """The layout version of the index at ``path`` (1 or :data:`INDEX_FORMAT`); an index written by a newer
-    version of this code is refused with a message to rebuild it."""
-    version = int(meta.get("format", 1))
-    if version not in (1, INDEX_FORMAT):
-        raise PipelineError(f"{path}: code index format {version}, this version reads formats 1 and {INDEX_FORMAT}; "
-                            f"rebuild it with python -m pipeline.index --force (same options)")
-    return version
-
-
-class DocIds(abc.Sequence):
-    """The document ids of an index, memory-mapped: their UTF-8 bytes concatenated (:data:`DOC_ID_BYTES_FILE`)
-    and each id's start (:data:`DOC_ID_OFFSETS_FILE`), so that no process holds the collection's ids as
-    Python strings (format 1 indexes: their JSON list, read whole).
-
-    Example:
-        >>> ids = DocIds.open(path, index_metadata(path))  # doctest: +SKIP
-        >>> ids[0], len(ids)  # doctest: +SKIP
-    """
-
-    def __init__(self, data: np.ndarray, offsets: np.ndarray):
-        self.data, self.offsets = data, offsets
-
-    @classmethod
-    def open(cls, path: Path, meta: dict) -> "DocIds | list[str]":
-        """The ids of the index at ``path`` (``meta``: its metadata)."""
-        path = Path(path)
-        if check_format(path, meta) == 1:
-            return json.loads((path / DOC_IDS_FILE).read_text(encoding="utf-8"))
-        return cls(np.load(path / DOC_ID_BYTES_FILE, mmap_mode="r"), np.load(path / DOC_ID_OFFSETS_FILE, mmap_mode="r"))
-
-    @staticmethod
-    def write(folder: Path, ids: Sequence[str]) -> None:
-        """Write ``ids`` in this layout into ``folder``."""
-        encoded = [doc_id.encode("utf-8") for doc_id in ids]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(e) for e in encoded], out=offsets[1:])
-        np.save(folder / DOC_ID_BYTES_FILE, np.frombuffer(b"".join(encoded), dtype=np.uint8))
-        np.save(folder / DOC_ID_OFFSETS_FILE, offsets)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, number):
-        if isinstance(number, slice):
-            return [self[i] for i in range(*number.indices(len(self)))]
-        if number < 0:
-            number += len(self)
-        if not 0 <= number < len(self):
-            raise IndexError(f"document number {number} out of range ({len(self)} documents)")
-        return bytes(self.data[self.offsets[number] : self.offsets[number + 1]]).decode("utf-8")
-
-
-def doc_offsets(path: Path, meta: dict, documents: int) -> np.ndarray:
-    """``[documents + 1]`` int64: document ``d``'s vectors are the stored rows ``offsets[d]:offsets[d + 1]``
-    (format 1: counted from its per-vector document numbers, read memory-mapped)."""
-    path = Path(path)
-    if check_format(path, meta) == 1:
-        lengths = np.bincount(np.load(path / TOKEN_DOCS_FILE, mmap_mode="r"), minlength=documents)
-        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return np.load(path / DOC_OFFSETS_FILE)
-
-
-def find_code_index(dataset: Dataset, kind: str, root: Path | None = None) -> Path | None:
-    """The most recently built complete ``kind`` index of ``dataset`` (same fingerprint) in the cache, if any."""
-    root = root or code_index_root()
-    if not root.is_dir():
-        return None
-    found = []
-    for path in root.glob(f"{safe_name(dataset.name, fallback='dataset')}-{kind}-*"):
-        if is_complete(path):
-            meta = index_metadata(path)
-            if meta.get("fingerprint") == dataset.fingerprint and meta.get("kind") == kind:
-                found.append(((path / META_FILE).stat().st_mtime_ns, path))
-    return max(found)[1] if found else None
-
-
-def _chunks(docs: Iterator, size: int) -> Iterator[list]:
-    chunk = []
-    for doc in docs:
-        chunk.append(doc)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
 
 def encode_documents(model, tokenizer, texts: Sequence[str], options: CodeOptions, device=None):
     """Token vectors of ``texts``: ``(vectors, lengths)`` with vectors ``[sum(lengths), dim]`` float32 (float
@@ -246,10 +100,7 @@ def build_code_index(
     # the encoder (and the Lucene index its hard negatives come from) is its own cache entry, obtained before
     # this entry's lock is taken: no lock is held while another entry is built
     encoder = obtain_encoder(options, source, root, force, _prepare(options))
-    with exclusive(path):
-        if is_complete(path) and not force:  # built by the process we waited for
-            return path
-        return _build(dataset, options, root, force, source, path, encoder)
+    return build_once(path, is_complete, lambda: _build(dataset, options, root, force, source, path, encoder), force)
 
 
 def _prepare(options: CodeOptions):
@@ -295,8 +146,6 @@ def _ivf_blocks(shard_files: list[Path], options: CodeOptions, shards: Path, mai
 def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, source: TrainingSource,
            path: Path, encoder: tuple[Path, dict]) -> Path:
     """:func:`build_code_index`'s work, under the cache lock, with the encoder's ``(checkpoint, metadata)``."""
-    from tqdm.auto import tqdm
-
     started = time.perf_counter()
     device = _prepare(options)
     main, rank, world = distributed.is_main(), distributed.rank(), distributed.world_size()
@@ -311,49 +160,17 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
     shards = root / f".{path.name}.shards"
     manifest = {"index": path.name, "encoder_sha256": file_sha256(checkpoint), "shard_size": options.shard_size,
                 **({"center": [round(float(x), 6) for x in model.center]} if centring else {})}
-    if shards.is_dir() and main:
-        try:
-            previous = json.loads((shards / SHARD_MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            previous = None
-        if force or previous != manifest:
-            shutil.rmtree(shards)
-    if not shards.is_dir() and main:
-        shards.mkdir(parents=True)
-        with atomic_write(shards / SHARD_MANIFEST) as handle:
-            json.dump(manifest, handle)
+    if main:
+        prepare_shards(shards, manifest, SHARD_MANIFEST, force)
     distributed.barrier()
 
-    total = len(dataset._store) if dataset._store is not None else None
-    shard_files = []
-    resumed = 0
-    with tqdm(total=total, desc=f"encoding {dataset.name} docs ({options.kind})", unit="doc",
-              **progress_switch(options.progress)) as bar:
-        for number, chunk in enumerate(_chunks(dataset.docs_iter(), options.shard_size)):
-            shard = shards / f"shard-{number:05d}.npz"
-            if number % world != rank:  # another rank's shard (under torchrun)
-                shard_files.append(shard)
-                continue
-            ids = [doc.doc_id for doc in chunk]
-            if shard.is_file():
-                with np.load(shard, allow_pickle=False) as stored:
-                    if stored["doc_ids"].tolist() == ids:
-                        shard_files.append(shard)
-                        resumed += 1
-                        bar.update(len(chunk))
-                        continue
-                log.warning("%s: documents changed since the interrupted build; re-encoding from here", shard)
-                for stale in shards.glob("shard-*.npz"):
-                    number_of_stale = int(stale.stem.split("-")[1])
-                    if number_of_stale >= number and number_of_stale % world == rank:  # this rank's only
-                        stale.unlink()
-            vectors, lengths = encode_documents(model, tokenizer, [doc.text for doc in chunk], options, device)
-            with atomic_write(shard, "wb") as handle:
-                np.savez(handle, doc_ids=np.array(ids, dtype=str), lengths=lengths, vectors=vectors)
-            shard_files.append(shard)
-            bar.update(len(chunk))
-    if not shard_files:
-        raise PipelineError(f"dataset {dataset.name!r} has no documents to index")
+    def encode(chunk) -> dict:
+        vectors, lengths = encode_documents(model, tokenizer, [doc.text for doc in chunk], options, device)
+        return {"lengths": lengths, "vectors": vectors}
+
+    shard_files, _ = encode_shards(dataset, shards, options.shard_size, encode,
+                                   f"encoding {dataset.name} docs ({options.kind})", options.progress,
+                                   rank=rank, world=world)
     distributed.barrier()  # every rank's shards are written
     ivf = options.index_type == "ivf"
     if ivf and distributed.is_distributed():  # every rank adds its own shards to the quantizer rank 0 trains
@@ -361,8 +178,6 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
     if not main:  # rank 0 assembles the index once
         distributed.barrier()
         return path
-    if resumed:
-        log.info("resumed %s: %d of %d shards were already encoded", path.name, resumed, len(shard_files))
 
     import faiss
 

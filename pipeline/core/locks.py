@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from .errors import PipelineError
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 #: the entries held in this process: (resolved lock-file path, thread id) (guarded by :data:`_HELD_GUARD`)
 _HELD: set[tuple[str, int]] = set()
 _HELD_GUARD = threading.Lock()
+
+Built = TypeVar("Built")
 
 
 def lock_path(entry: str | os.PathLike) -> Path:
@@ -74,6 +76,33 @@ def exclusive(entry: str | os.PathLike) -> Iterator[None]:
     finally:
         with _HELD_GUARD:
             _HELD.discard(key)
+
+
+def build_once(entry: str | os.PathLike, is_complete: Callable[[Path], bool], build: Callable[[], Built],
+               force: bool = False) -> Path | Built:
+    """``entry`` when it is complete, else what ``build()`` returns, called under ``entry``'s lock: a process
+    that waited for another one's build finds the entry complete and builds nothing.
+
+    Args:
+        entry: the cache entry (a directory or file) ``build`` writes.
+        is_complete: whether an entry at a path is finished (e.g. its metadata file is written).
+        build: builds the entry, called with the lock held; returns the entry's path.
+        force: build even when the entry is complete.
+
+    Returns:
+        ``entry`` (as a :class:`~pathlib.Path`) when it was complete, else ``build()``'s result.
+
+    Example:
+        >>> entry = cache / "vaswani-bm25-abc123"  # doctest: +SKIP
+        >>> build_once(entry, is_complete, lambda: build_into(entry))  # doctest: +SKIP
+    """
+    entry = Path(entry)
+    if is_complete(entry) and not force:
+        return entry
+    with exclusive(entry):  # one builder per entry; a second process waits, then finds it built
+        if is_complete(entry) and not force:
+            return entry
+        return build()
 
 
 def _acquire(path: Path, entry) -> int:

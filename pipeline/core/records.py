@@ -5,7 +5,7 @@ records pass to ir_measures unchanged and a notebook user sees familiar shapes.
 """
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 
 class Query(NamedTuple):
@@ -48,3 +48,23 @@ def ranked(hits: Iterable[ScoredDoc]) -> list[ScoredDoc]:
     (so the rank column written, the top-k cut and the evaluation all agree)."""
     by_id = sorted(hits, key=lambda hit: hit.doc_id, reverse=True)
     return sorted(by_id, key=lambda hit: -hit.score)  # stable: ties keep the doc id order
+
+
+def minmax(hits: Sequence[ScoredDoc]) -> dict[str, float]:
+    """One query's ranking min-max rescaled, the normalisation every fusion of rankings here uses.
+
+    Args:
+        hits: the scored documents of one query.
+
+    Returns:
+        ``doc_id -> score`` rescaled to [0, 1] (all 0 when every score is equal).
+
+    Example:
+        >>> minmax([ScoredDoc("q", "a", 3.0), ScoredDoc("q", "b", 1.0)])
+        {'a': 1.0, 'b': 0.0}
+    """
+    if not hits:
+        return {}
+    low = min(h.score for h in hits)
+    span = max(h.score for h in hits) - low
+    return {h.doc_id: (h.score - low) / span if span > 0 else 0.0 for h in hits}
