@@ -22,20 +22,18 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
 
-from pipeline.core.errors import CheckpointError, PipelineError
+from pipeline.core.errors import PipelineError
 from pipeline.core.evaluation import evaluate
 from pipeline.core.records import Doc, Query
 from pipeline.core.runtime import resolve_device, seed_everything, set_threads
 
-from infra.checkpoints import load_checkpoint, save_checkpoint
 from infra import distributed
 from .config import TrainConfig
 from .data import RankingData, rerank_candidates
 from .optim import learning_rate_factor, parameter_groups
+from .state import TRAINING_STATE_KIND, generator_states, load_state, restore_generators, save_state  # noqa: F401
 
-TRAINING_STATE_KIND = "training-state"
 #: batches timed before the training time is estimated (a warm-up measured on the real training)
 ESTIMATE_AFTER = 5
 log = logging.getLogger("rerankers.training")
@@ -340,60 +338,17 @@ class Trainer:
         options = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "device"}
         return {"reranker": self.reranker.name, "seed": self.seed, "config": options}
 
-    @staticmethod
-    def generator_states(rng: random.Random) -> dict:
-        """The states of every random generator training draws from."""
-        import numpy as np
-        import torch
-
-        # numpy's key array as a tensor: the state file is read with weights_only=True, which refuses ndarrays
-        name, keys, position, has_gauss, cached = np.random.get_state()
-        states = {"loop": rng.getstate(), "python": random.getstate(),
-                  "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached),
-                  "torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            states["cuda"] = torch.cuda.get_rng_state_all()
-        if distributed.is_distributed():  # each rank's dropout generator (seeded seed + rank), in rank order
-            ranks = distributed.gather_to_all((states["torch"], states.get("cuda")))
-            states["ranks"] = [{"torch": cpu, **({"cuda": cuda} if cuda is not None else {})} for cpu, cuda in ranks]
-        return states
-
-    @staticmethod
-    def restore_generators(states: Mapping[str, Any], rng: random.Random) -> None:
-        """Put back the generator states :meth:`generator_states` took."""
-        import numpy as np
-        import torch
-
-        rng.setstate(states["loop"])
-        random.setstate(states["python"])
-        name, keys, position, has_gauss, cached = states["numpy"]
-        np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), position, has_gauss, cached))
-        mine = states
-        if distributed.is_distributed():  # this rank's own dropout generator, when the state has one per rank
-            ranks = states.get("ranks") or []
-            if len(ranks) == distributed.world_size():
-                mine = ranks[distributed.rank()]
-            elif distributed.rank():  # keeps its own generator (seed + rank): never rank 0's masks again
-                log.warning("training state written by %d rank(s), resumed by %d: rank %d draws new dropout masks",
-                            max(1, len(ranks)), distributed.world_size(), distributed.rank())
-                return
-        torch.set_rng_state(mine["torch"])
-        if "cuda" in mine and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(mine["cuda"])
+    #: the random generators' states (:mod:`rerankers.training.state`)
+    generator_states = staticmethod(generator_states)
+    restore_generators = staticmethod(restore_generators)
 
     def save_state(self, path: Path, state: dict) -> None:
         """Write one epoch's training state to ``path`` atomically, with its digest."""
-        save_checkpoint(path, {"kind": TRAINING_STATE_KIND, "identity": self.state_identity(), **state})
+        save_state(path, self.state_identity(), state)
 
     def load_state(self, path: Path) -> dict:
         """A training state written by :meth:`save_state` for this very training, or a clear error."""
-        state = load_checkpoint(path, "training state")
-        if state.get("kind") != TRAINING_STATE_KIND:
-            raise CheckpointError(f"{path}: not a training state (kind {state.get('kind')!r}); delete it to start over")
-        if state.get("identity") != self.state_identity():
-            raise CheckpointError(f"{path}: training state of another training ({state.get('identity')}), expected "
-                                  f"{self.state_identity()}; delete it to start over")
-        return state
+        return load_state(path, self.state_identity())
 
     def evaluate(self, data: RankingData) -> float:
         """The dev metric (ir-measures) of re-ranking ``data``'s candidates with the current weights."""
