@@ -3,7 +3,6 @@ served as a first stage) and :class:`BM25Settings`, the settings object of every
 declared its own options (:mod:`indexes.options`); still accepted by :func:`indexes.make_first_stage`."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, runtime_checkable
@@ -46,7 +45,7 @@ class BM25Settings:
     an :class:`indexes.dense.DenseOptions` (``dense`` and ``hybrid``) and in ``hybrid`` an
     :class:`indexes.hybrid.HybridOptions` (``None``: the defaults). ``index_root`` is where indexes are
     cached (default: ``PIPELINE_INDEX_DIR``, else ``indexes/cache/<lucene|codes|dense>``).
-    :meth:`for_first_stage` gives the options of one first stage from these fields."""
+    :func:`indexes.registry.legacy_settings` gives the options of one first stage from these fields."""
 
     k1: float = 0.9
     b: float = 0.4
@@ -61,48 +60,3 @@ class BM25Settings:
     dense: Any = None
     hybrid: Any = None
 
-    def for_first_stage(self, kind: str):
-        """The :class:`indexes.options.FirstStageSettings` of first stage ``kind`` (a registered name) from
-        these fields: the built-in first stages get their own options dataclass, any other first stage the
-        Lucene fields that are not the defaults as aliases (applied where it has options of those names).
-
-        Raises:
-            PipelineError: ``dense`` or ``hybrid`` hold something other than their options dataclass.
-        """
-        from pipeline.core.errors import PipelineError
-
-        from .options import BM25Options, FirstStageSettings, RM3Options
-
-        lucene = {"k1": self.k1, "b": self.b, "stemmer": self.stemmer, "keep_stopwords": self.keep_stopwords}
-        bm25 = BM25Options(**lucene)
-        for name, expected in (("dense", "DenseOptions"), ("hybrid", "HybridOptions")):
-            value = getattr(self, name)
-            if value is not None and type(value).__name__ != expected:
-                raise PipelineError(f"settings.{name} must be a {expected}, got {type(value).__name__}")
-        options, aliases = None, {}
-        if kind == "bm25":
-            options = bm25
-        elif kind == "bm25+rm3":
-            options = RM3Options(**lucene, fb_terms=self.fb_terms, fb_docs=self.fb_docs,
-                                 original_query_weight=self.original_query_weight)
-        elif kind == "bm25s":
-            from .bm25s import Bm25sOptions
-
-            options = Bm25sOptions(**lucene)
-        elif kind == "dense":
-            options = self.dense
-        elif kind == "hybrid":
-            from .dense import DenseOptions
-            from .hybrid import HybridOptions, HybridStageOptions
-
-            fusion = self.hybrid or HybridOptions()
-            options = HybridStageOptions(**{f.name: getattr(fusion, f.name) for f in dataclasses.fields(fusion)},
-                                         dense=self.dense or DenseOptions(), bm25=bm25)
-        elif kind in ("codes", "colbert"):
-            options = self.codes
-        else:
-            defaults = BM25Settings()
-            aliases = {name: getattr(self, name) for name in ("k1", "b", "stemmer", "keep_stopwords", "fb_terms",
-                                                             "fb_docs", "original_query_weight")
-                       if getattr(self, name) != getattr(defaults, name)}
-        return FirstStageSettings(options, aliases, self.threads, self.index_root)

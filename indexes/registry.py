@@ -124,13 +124,60 @@ def first_stage_options(spec: str, settings: FirstStageSettings | BM25Settings |
     return stage_options(spec, factory_of(spec), settings)
 
 
+def legacy_settings(settings: BM25Settings, kind: str) -> FirstStageSettings:
+    """The :class:`FirstStageSettings` of first stage ``kind`` (a registered name) from the older
+    :class:`BM25Settings`: the built-in first stages get their own options dataclass from its fields, any
+    other first stage its Lucene fields that are not the defaults as aliases (applied where it has options of
+    those names).
+
+    Raises:
+        PipelineError: ``dense`` or ``hybrid`` hold something other than their options dataclass.
+    """
+    from .options import BM25Options, RM3Options
+
+    lucene = {"k1": settings.k1, "b": settings.b, "stemmer": settings.stemmer,
+              "keep_stopwords": settings.keep_stopwords}
+    bm25 = BM25Options(**lucene)
+    for name, expected in (("dense", "DenseOptions"), ("hybrid", "HybridOptions")):
+        value = getattr(settings, name)
+        if value is not None and type(value).__name__ != expected:
+            raise PipelineError(f"settings.{name} must be a {expected}, got {type(value).__name__}")
+    options, aliases = None, {}
+    if kind == "bm25":
+        options = bm25
+    elif kind == "bm25+rm3":
+        options = RM3Options(**lucene, fb_terms=settings.fb_terms, fb_docs=settings.fb_docs,
+                             original_query_weight=settings.original_query_weight)
+    elif kind == "bm25s":
+        from .bm25s import Bm25sOptions
+
+        options = Bm25sOptions(**lucene)
+    elif kind == "dense":
+        options = settings.dense
+    elif kind == "hybrid":
+        from .dense import DenseOptions
+        from .hybrid import HybridOptions, HybridStageOptions
+
+        fusion = settings.hybrid or HybridOptions()
+        options = HybridStageOptions(**{f.name: getattr(fusion, f.name) for f in dataclasses.fields(fusion)},
+                                     dense=settings.dense or DenseOptions(), bm25=bm25)
+    elif kind in ("codes", "colbert"):
+        options = settings.codes
+    else:
+        defaults = BM25Settings()
+        aliases = {name: getattr(settings, name) for name in ("k1", "b", "stemmer", "keep_stopwords", "fb_terms",
+                                                             "fb_docs", "original_query_weight")
+                   if getattr(settings, name) != getattr(defaults, name)}
+    return FirstStageSettings(options, aliases, settings.threads, settings.index_root)
+
+
 def as_settings(spec: str, settings: FirstStageSettings | BM25Settings | None) -> FirstStageSettings:
     """``settings`` as a :class:`FirstStageSettings` (a legacy :class:`BM25Settings` gives the options of
     ``spec``'s kind from its fields)."""
     if settings is None:
         return FirstStageSettings()
     if isinstance(settings, BM25Settings):
-        return settings.for_first_stage(spec.partition(":")[0] if not spec.startswith("run:") else spec)
+        return legacy_settings(settings, spec.partition(":")[0] if not spec.startswith("run:") else spec)
     return settings
 
 
