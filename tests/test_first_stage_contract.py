@@ -161,3 +161,12 @@ def test_the_options_page_lists_every_option_and_its_commands_parse():
     for command in commands:
         config = parse_config(shlex.split(command))
         assert first_stage_options(config.first_stage, config.first_stage_settings()) is not None
+
+
+def test_classify_offers_no_first_stage_option():
+    """``pipeline.classify`` ranks nothing: none of RunConfig's first-stage fields is one of its flags."""
+    from pipeline.classify import NOT_CLASSIFICATION
+
+    first_stage_fields = {f.name for f in dataclasses.fields(RunConfig)
+                          if f.metadata.get("group", "").startswith("first-stage")}
+    assert "first_stage_overrides" in first_stage_fields and first_stage_fields <= set(NOT_CLASSIFICATION)
