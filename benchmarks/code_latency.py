@@ -130,11 +130,14 @@ def stage_times(retriever, query, depth: int, k: int) -> dict:
     times["knn"] = time.perf_counter() - started
     started = time.perf_counter()
     found, approximate = retriever.approximate_scores(labels, sims)
-    if depth and len(found) > depth:
-        found = np.sort(found[np.lexsort((found, -approximate))[:depth]])
+    tail = None
+    if depth and len(found) > depth:  # as CodeRetriever.split_candidates, on the neighbours timed above
+        order = np.lexsort((found, -approximate))
+        tail = (found[order[depth:max(k, depth)]], approximate[order[depth:max(k, depth)]])
+        found = np.sort(found[order[:depth]])
     times["prune"] = time.perf_counter() - started
     started = time.perf_counter()
-    retriever._ranking(query, vectors, found, k)
+    retriever._ranking(query, vectors, found, k, tail)
     times["exact"] = time.perf_counter() - started
     times["scored"] = len(found)
     return times
@@ -162,6 +165,13 @@ def benchmark(name: str, args) -> dict:
         configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), "
                            + ("every candidate" if depth == 0 else str(depth)), depth, retriever=ivf_retriever)
                     for depth in args.ivf_depths]
+        if args.int8_depths:  # the same IVF index, queries encoded by the int8 transformer
+            int8_retriever = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe,
+                                           query_precision="int8")
+            int8_retriever.search(queries[:2], args.k)
+            configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), int8 queries, "
+                               + ("every candidate" if depth == 0 else str(depth)), depth, retriever=int8_retriever)
+                        for depth in args.int8_depths]
     runs = {c.label: {} for c in configs}
     seconds = {c.label: [] for c in configs}
     for number, query in enumerate(queries):
@@ -174,7 +184,7 @@ def benchmark(name: str, args) -> dict:
     rows = []
     for config in configs:
         searcher = config.apply(retriever)
-        depth = max(config.depth, args.k) if config.depth else 0
+        depth = config.depth
         stages = [stage_times(searcher, q, depth, args.k) for q in queries[: args.stage_queries]]
         scores = evaluate(runs[config.label], qrels, MEASURES).aggregate
         rows.append({
@@ -211,8 +221,9 @@ def render(results: list[dict], args, command: str) -> str:
         "pruning, exact MaxSim, sort), one query at a time, the configurations alternating query by query in "
         "one process. \"before\": exact MaxSim over every candidate with the MaxSim code of 2443cba (the "
         "search before this change, the reference of the speed-up and nDCG change columns); \"every candidate\": the "
-        "same candidates with today's MaxSim; N: only the max(N, k) candidates with the best score estimated from "
-        "the kNN results are scored exactly. Stage columns: a second pass over the first "
+        "same candidates with today's MaxSim; N: only the N candidates with the best score estimated from "
+        "the kNN results are scored exactly (below k: the rest of the top k follow in estimated order, so R@k is "
+        "that of depth k); \"int8 queries\": query_precision int8. Stage columns: a second pass over the first "
         f"{args.stage_queries} queries, each stage timed alone (means, ms).",
         "",
         "| dataset | configuration (rescore_depth) | docs scored exactly / query | nDCG@10 | change | R@100 | ms/query (mean) "
@@ -268,6 +279,9 @@ def main(argv=None) -> None:
     parser.add_argument("--nprobe", type=int, default=4, help="IVF lists visited per query token (default 4)")
     parser.add_argument("--ivf-depths", type=int, nargs="+", default=[100],
                         help="rescore_depth values searched on the IVF index (default 100)")
+    parser.add_argument("--int8-depths", type=int, nargs="*", default=[],
+                        help="rescore_depth values searched on the IVF index with query_precision int8 (default: "
+                             "none)")
     parser.add_argument("--stage-queries", type=int, default=30,
                         help="queries of the per-stage breakdown pass (default 30)")
     add_search_arguments(parser, threads=1)
