@@ -170,3 +170,19 @@ def test_classify_offers_no_first_stage_option():
     first_stage_fields = {f.name for f in dataclasses.fields(RunConfig)
                           if f.metadata.get("group", "").startswith("first-stage")}
     assert "first_stage_overrides" in first_stage_fields and first_stage_fields <= set(NOT_CLASSIFICATION)
+
+
+def test_a_bad_first_stage_option_is_answered_without_torch():
+    """Every built-in first stage's options are checked without importing torch, transformers, faiss or
+    ir_datasets (exit status 2, one line naming the option)."""
+    from conftest import run_python
+
+    script = ("import sys\nfrom pipeline.run import main\n"
+              f"codes = [main(['--first-stage', name, '--fs-set', 'no_such=1', '--dataset', 'toy']) for name in {BUILT_IN!r}]\n"
+              "heavy = [m for m in ('torch', 'transformers', 'faiss', 'ir_datasets') if m in sys.modules]\n"
+              "print(codes, heavy)\n")
+    result = run_python(["-c", script], timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == f"{[2] * len(BUILT_IN)} []"
+    assert result.stderr.count("unknown option 'no_such'") == len(BUILT_IN) - 1  # shipped: takes no options
+    assert "first stage 'shipped': takes no options (given: no_such)" in result.stderr
