@@ -27,7 +27,8 @@ class FirstStageContext:
     Args:
         dataset: the dataset whose documents the first stage searches.
         first_stage: a first-stage name as :func:`indexes.make_first_stage` takes it (``auto`` settled).
-        settings: the first stage's options (:class:`indexes.base.BM25Settings`), or ``None`` for defaults.
+        settings: the first stage's options (:class:`indexes.options.FirstStageSettings`), or ``None`` for
+            defaults.
 
     Example:
         >>> context = FirstStageContext(dataset, "bm25")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from indexes import BM25Settings
+from indexes import FirstStageSettings
 from rerankers import reranker_class
 
 from .config import RunConfig
@@ -72,7 +72,7 @@ class TrainingPlan:
     seed: int
     first_stage: str
     k: int
-    settings: BM25Settings
+    settings: FirstStageSettings
     retrain: bool = False
     #: the re-ranker's class, looked up once by the run plan (``None``: looked up from ``reranker`` when needed)
     cls: type | None = field(default=None, compare=False, repr=False)

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from indexes import BM25Settings
+from indexes import FirstStageSettings
 from rerankers import reranker_class
 
 from .config import RunConfig
@@ -49,7 +49,7 @@ class RunPlan:
     interpolation: str | float | None
     #: the first stage's name (``auto`` settled) and its options
     first_stage: str
-    settings: BM25Settings
+    settings: FirstStageSettings
     #: the models to load or train (``None`` without a re-ranker or with ``--model``)
     training: TrainingPlan | None
     #: the result run's name and, when interpolating, the re-ranker's own run's name
