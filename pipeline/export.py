@@ -145,10 +145,11 @@ def export_trained(config: RunConfig, output: Path) -> list[Path]:
     if not config.reranking:
         raise ConfigError("say what to export: --checkpoint PATH, or --reranker NAME with the dataset flags of "
                           "the model pipeline.run would use")
-    exportable(reranker_class(config.reranker), f"--reranker {config.reranker}")
+    cls = reranker_class(config.reranker)
+    exportable(cls, f"--reranker {config.reranker}")
     seed_everything(config.seed)
     dataset = load_dataset(config.dataset, config.mirror)
-    plan = training_plan(config, dataset)  # every option is checked before anything is trained
+    plan = training_plan(config, dataset, cls=cls)  # every option is checked before anything is trained
     set_threads(config.threads)
     several = len(plan.folds) > 1
     # one fold at a time, each exported as soon as it is there; the first stage is built once for all of them
