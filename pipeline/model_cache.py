@@ -1,6 +1,7 @@
 """Trained models cached on disk: one checkpoint per (dataset, re-ranker, options, training queries, seed,
 candidates). :func:`fold_models` loads the cached models of a protocol and trains the missing ones; it is
-the one training path of ``python -m pipeline.run`` (:func:`obtain_reranker`) and ``python -m pipeline.train``.
+the one training path of ``python -m pipeline.train`` and of :func:`pipeline.obtain.obtain_model`, through which
+every command gets its model (:func:`obtain_reranker` and :func:`trained_reranker` remain for scripts).
 """
 from __future__ import annotations
 
