@@ -5,28 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, run_python, write
-
-#: a docs/plugins.md code block: its language and its text
-BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
-
-
-def readme_examples() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """``(files, entry_points)``: the page's Python blocks that start with ``# <path>.py`` by path, and its
-    TOML blocks' entry-point groups."""
-    files, groups = {}, {}
-    for language, text in BLOCK.findall((REPO / "docs" / "plugins.md").read_text(encoding="utf-8")):
-        first = text.splitlines()[0]
-        if language == "python" and re.fullmatch(r"# [\w/]+\.py", first):
-            files[first[2:]] = text
-        elif language == "toml":
-            groups.update(tomllib.loads(text)["project"]["entry-points"])
-    return files, groups
+from tests.plugin_docs import plugin_examples as readme_examples  # the page's files and entry points
 
 
 def install_package(site: Path) -> None:
