@@ -134,6 +134,16 @@ class NothingToLearn:
         return cls()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_faiss_thread():
+    """Run the importing module's faiss searches on one OpenMP thread (import it, like
+    :func:`one_torch_thread`, to make it autouse there)."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    yield
+
+
 def save_tiny_bert(folder: Path) -> str:
     """A random 2-layer BERT (hidden 32, BERT's default dropout 0.1, seed 0) saved in ``folder`` with MiniLM's
     tokenizer: a local encoder directory for the code and dense first stages; ``folder`` as a string."""

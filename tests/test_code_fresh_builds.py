@@ -16,14 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import faiss
 import pytest
 
 from indexes.codes import CodeOptions, CodeRetriever, build_code_index, index_metadata, is_complete
 from pipeline.core.datasets import load_local
 from pipeline.core.errors import PipelineError
 from pipeline.core.locks import exclusive, lock_path
-from tests.helpers import one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.helpers import one_faiss_thread, one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixtures)
 from tests.test_framework import TOPICS, write_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +47,6 @@ def no_hang():
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_faiss_thread():
-    faiss.omp_set_num_threads(1)
-    yield
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import transformers
 
 from conftest import write
 from indexes import BM25Settings, available, make_first_stage
@@ -33,31 +32,16 @@ from pipeline.core.errors import CheckpointError, CorruptCacheError, PipelineErr
 from pipeline.core.filecheck import stamp_is_fresh
 from pipeline.core.records import Doc, Qrel, Query
 from pipeline.core.runtime import seed_everything
-from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.helpers import one_faiss_thread, one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixtures)
 
 WORDS = ("apple river mountain music doctor garden winter ocean teacher window city dog cat bread train forest "
          "paper summer energy market").split()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_faiss_thread():
-    faiss.omp_set_num_threads(1)
-    yield
-
-
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> str:
     """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
-    from infra.encoders import load_encoder
-
-    tokenizer, _ = load_encoder()
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture(scope="module")
