@@ -196,7 +196,7 @@ def build_options(cls: type, options: Mapping[str, Any], label: str = "option"):
     for name, value in options.items():
         key = name.replace("-", "_")
         group, dot, inner = key.partition(".")
-        if key not in known and not (dot and group in groups and inner.replace("-", "_") in option_names(groups[group])):
+        if key not in known and not (dot and group in groups and inner in option_names(groups[group])):
             raise ConfigError(f"unknown {label} {name!r}; {hint(key, known)}known: {', '.join(known)}")
         if dot:
             grouped[group][inner] = value

@@ -1,7 +1,8 @@
 """Names of a run's files: the default run name (dataset, split, first stage, re-ranker) and the parts that
 keep the runs of different settings apart, so that one setting never overwrites another's run: the first
 stage's options when not the defaults (readable for analysis, BM25 and RM3: ``-stem.none``, ``-stopwords``,
-``-k1.1.2-b.0.75``, ``-fb20x10w0.5``; ``-opts.<hash>`` of every other option, :mod:`indexes.options`), the training options (``-seed1``, ``-3fold``, ``-set.<hash>`` for ``--set``/``--config``),
+``-k1.1.2-b.0.75``, ``-fb20x10w0.5``; ``-opts.<hash>`` of every other option, :mod:`indexes.options`), the
+training options (``-seed1``, ``-3fold``, ``-set.<hash>`` for ``--set``/``--config``),
 ``-model.<name>.<hash>`` for ``--model`` (its file or folder name, or hub id, and a hash of where it is, so two
 models never share a run), and ``-alone``, ``-interp<W>``, ``-top<D>``, ``-int8``. A ``run:PATH`` first stage is
 named after the file."""

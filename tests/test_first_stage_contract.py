@@ -178,7 +178,8 @@ def test_a_bad_first_stage_option_is_answered_without_torch():
     from conftest import run_python
 
     script = ("import sys\nfrom pipeline.run import main\n"
-              f"codes = [main(['--first-stage', name, '--fs-set', 'no_such=1', '--dataset', 'toy']) for name in {BUILT_IN!r}]\n"
+              f"codes = [main(['--first-stage', name, '--fs-set', 'no_such=1', '--dataset', 'toy'])\n"
+              f"         for name in {BUILT_IN!r}]\n"
               "heavy = [m for m in ('torch', 'transformers', 'faiss', 'ir_datasets') if m in sys.modules]\n"
               "print(codes, heavy)\n")
     result = run_python(["-c", script], timeout=120)
