@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from indexes import FirstStageSettings
+from indexes import FirstStageSettings, first_stage_options
+from indexes.options import changed_options
 from rerankers import reranker_class
 
 from .config import RunConfig
@@ -100,6 +101,17 @@ def training_plan(config: RunConfig, dataset: Dataset, split: str | None = None,
                         config.retrain, cls)
 
 
+def candidates_key(plan: TrainingPlan) -> str:
+    """The first stage as a model's cache key holds it: its name, and the options that differ from its
+    defaults (``--fs-set``, ``--k1``, ...), since they change the candidates, hence the training examples.
+    With every option at its default this is the name alone, so caches keyed before options existed stay valid."""
+    spec = plan.first_stage[:-len("-pool")] if plan.first_stage.endswith("-pool") else plan.first_stage
+    if spec.startswith("run:"):
+        return plan.first_stage
+    changed = changed_options(first_stage_options(spec, plan.settings))
+    return plan.first_stage if not changed else f"{plan.first_stage}:{json.dumps(changed, sort_keys=True, default=str)}"
+
+
 @dataclass
 class FoldModel:
     """One fold's model: where it is cached, the re-ranker (``None`` when a cached one was not loaded), the
@@ -127,14 +139,15 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True,
     the run's ``context`` when given) and saved where the cache will find it."""
     cls = plan.cls or reranker_class(plan.reranker)
     candidates: Run | None = None
+    trained_on = candidates_key(plan)
     missing = [fold.name for fold in plan.folds
                if plan.retrain or cached_checkpoint(checkpoint_path(dataset, plan.reranker, plan.options, fold,
-                                                                    plan.seed, plan.first_stage, plan.k)) is None]
+                                                                    plan.seed, trained_on, plan.k)) is None]
     if missing:
         log.info("%s: %d of %d folds to train (%s); each logs its examples per epoch and a time estimate after "
                  "its first batches", plan.reranker, len(missing), len(plan.folds), ", ".join(missing))
     for fold in plan.folds:
-        path = checkpoint_path(dataset, plan.reranker, plan.options, fold, plan.seed, plan.first_stage, plan.k)
+        path = checkpoint_path(dataset, plan.reranker, plan.options, fold, plan.seed, trained_on, plan.k)
         cached = None if plan.retrain else cached_checkpoint(path)
         if cached is not None:
             reranker = None

@@ -92,3 +92,27 @@ def test_the_context_answers_shallower_requests_from_deeper_ones_and_retrieves_d
     context.search(queries[2:6], 20)                      # deeper for two, new for two: all four searched
     assert [Counting.searched[q.query_id] for q in queries[:6]] == [1, 1, 2, 2, 1, 1]
     assert context.builds == Counting.builds == 1
+
+
+def test_a_trained_models_cache_key_changes_with_the_first_stages_options_only_when_they_change():
+    """The candidates a model trains on depend on the first stage's options (``--fs-set``, ``--k1``): a model
+    trained on BM25 with k1 = 1.2 is not the cached model of k1 = 0.9; with the defaults the key is the
+    first stage's name alone, as it was before options existed."""
+    from pipeline.model_cache import candidates_key, checkpoint_path, training_plan
+    from pipeline.protocols import Fold
+
+    dataset = tiny_dataset(WORDS)
+    fold = Fold("test", ["q1"], ["q2"], ["q3"])
+
+    def key(*argv):
+        plan = training_plan(parse_config(["--reranker", "knrm", "--first-stage", "bm25", *argv]), dataset,
+                             folds=[fold], options={}, first_stage="bm25", k=10)
+        return candidates_key(plan), checkpoint_path(dataset, "knrm", {}, fold, 1, candidates_key(plan), 10)
+
+    default, default_path = key()
+    assert default == "bm25"
+    assert default_path == checkpoint_path(dataset, "knrm", {}, fold, 1, "bm25", 10)
+    changed, changed_path = key("--fs-set", "k1=1.2")
+    assert changed != default and changed_path != default_path
+    assert key("--k1", "1.2") == (changed, changed_path)  # the alias flag is the same option
+    assert key("--fs-set", "k1=0.9")[0] == default  # 0.9 is the default: nothing changed
