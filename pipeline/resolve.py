@@ -72,6 +72,22 @@ def model_options(config: RunConfig, dataset: Dataset, reranker_class: type) -> 
     return options
 
 
+def check_given_options(config: RunConfig) -> None:
+    """Refuse a bad ``--set`` / ``--config`` name of a named re-ranker before any dataset is read (a typo is
+    answered in about the time of importing torch, not after loading a collection): the given options alone
+    are checked as :func:`model_options` checks them with the recipe's. ``auto``, ``none`` and ``--model``
+    are left to the run plan (their options are refused or settled there)."""
+    from .presets import AUTO
+
+    if not config.reranking or config.reranker == AUTO or config.model:
+        return
+    given = parse_overrides(config.overrides, config.config_file)
+    if given:
+        from rerankers import reranker_class
+
+        untrained_reranker(reranker_class(config.reranker), given, config.seed)
+
+
 def check_scoring_arithmetic(config: RunConfig, reranker_class: type | None) -> None:
     """A :class:`ConfigError` unless ``--int8`` / ``--bf16`` can apply to ``reranker_class`` (at most one of
     them; int8 for the transformer re-rankers, bfloat16 for every torch re-ranker)."""

@@ -51,6 +51,7 @@ from .core.formats import write_run
 from .obtain import obtain_model
 from .naming import default_run_name, first_stage_label
 from .plan import plan_run
+from .resolve import check_given_options
 from .shell import run_command
 from .stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic  # noqa: F401 (retrieve: p.retrieve)
 
@@ -93,6 +94,7 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     timings: dict[str, float] = {}
     started = time.perf_counter()
     seed_everything(config.seed)
+    check_given_options(config)
     dataset = load_dataset(config.dataset, config.mirror)
     plan = plan_run(config, dataset)
     config = plan.config  # --reranker auto settled to the model it stands for

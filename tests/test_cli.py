@@ -272,3 +272,19 @@ def test_the_shell_turns_each_fault_into_one_line_and_an_exit_status(capsys):
         run_command(interrupted, kept="finished epochs are kept")
     assert stop.value.code == 130 and capsys.readouterr().err.strip() == "interrupted: finished epochs are kept"
     assert run_command(lambda: None) == 0 and run_command(lambda: 3) == 3
+
+
+def test_a_bad_model_option_is_refused_before_any_dataset_is_read(monkeypatch):
+    """A typo in ``--set`` is answered from the re-ranker's options alone (about the time of importing torch),
+    not after loading the collection (Microblog by default: ~10 s)."""
+    from pipeline import run
+    from pipeline.core.errors import ConfigError
+
+    def no_dataset(*args, **kwargs):
+        raise AssertionError("the dataset was read before the options were checked")
+
+    monkeypatch.setattr(run, "load_dataset", no_dataset)
+    with pytest.raises(ConfigError, match="unknown model option 'epochz'; did you mean 'epochs'"):
+        run.run_pipeline(run.parse_config(["--reranker", "knrm", "--set", "epochz=3"]))
+    with pytest.raises(AssertionError, match="dataset was read"):  # good options go on to read the dataset
+        run.run_pipeline(run.parse_config(["--reranker", "knrm", "--set", "epochs=3"]))
