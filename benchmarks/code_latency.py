@@ -174,13 +174,17 @@ def benchmark(name: str, args) -> dict:
                         for depth in args.int8_depths]
     runs = {c.label: {} for c in configs}
     seconds = {c.label: [] for c in configs}
-    for number, query in enumerate(queries):
-        # rotate the order so that no configuration always runs first (caches warmed by the one before)
+    blocks = [queries[start:start + args.block] for start in range(0, len(queries), args.block)]
+    for number, block in enumerate(blocks):
+        # rotate the order so that no configuration always runs first (caches warmed by the one before); a
+        # block of --block queries per turn: 1 query, every search follows another configuration's (cold
+        # caches: the former search's arrays evicted the encoder's weights and the index's pages)
         for config in configs[number % len(configs):] + configs[: number % len(configs)]:
             searcher = config.apply(retriever)
-            started = time.perf_counter()
-            runs[config.label].update(searcher.search([query], args.k))
-            seconds[config.label].append(time.perf_counter() - started)
+            for query in block:
+                started = time.perf_counter()
+                runs[config.label].update(searcher.search([query], args.k))
+                seconds[config.label].append(time.perf_counter() - started)
     rows = []
     for config in configs:
         searcher = config.apply(retriever)
@@ -218,8 +222,9 @@ def render(results: list[dict], args, command: str) -> str:
         "",
         f"Top {args.k} per query, {args.k_prime} neighbours per query token (flat index), {describe_codes(args)}. "
         "ms/query: `CodeRetriever.search([query], k)` end to end (query encoding, kNN, approximate scores and "
-        "pruning, exact MaxSim, sort), one query at a time, the configurations alternating query by query in "
-        "one process. \"before\": exact MaxSim over every candidate with the MaxSim code of 2443cba (the "
+        "pruning, exact MaxSim, sort), one query at a time, the configurations alternating "
+        + ("query by query" if args.block == 1 else f"in blocks of {args.block} queries")
+        + " in one process. \"before\": exact MaxSim over every candidate with the MaxSim code of 2443cba (the "
         "search before this change, the reference of the speed-up and nDCG change columns); \"every candidate\": the "
         "same candidates with today's MaxSim; N: only the N candidates with the best score estimated from "
         "the kNN results are scored exactly (below k: the rest of the top k follow in estimated order, so R@k is "
@@ -279,6 +284,9 @@ def main(argv=None) -> None:
     parser.add_argument("--nprobe", type=int, default=4, help="IVF lists visited per query token (default 4)")
     parser.add_argument("--ivf-depths", type=int, nargs="+", default=[100],
                         help="rescore_depth values searched on the IVF index (default 100)")
+    parser.add_argument("--block", type=int, default=1,
+                        help="queries each configuration searches in a row before the next one's turn (default 1: "
+                             "alternate query by query)")
     parser.add_argument("--int8-depths", type=int, nargs="*", default=[],
                         help="rescore_depth values searched on the IVF index with query_precision int8 (default: "
                              "none)")
