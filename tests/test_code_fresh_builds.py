@@ -96,8 +96,8 @@ def test_every_variant_builds_from_an_empty_home_with_hard_negatives(variant, ti
     assert lucene, "the hard negatives' Lucene index was built in the same home"
     run = CodeRetriever(path, threads=1).search(list(dataset.queries.values())[:3], 5)
     assert all(len(hits) == 5 for hits in run.values())
-    # the search-time options at their defaults (rescore_depth 64, float32 queries), and int8 queries
-    assert (options.rescore_depth, options.query_precision) == (64, "float32")
+    # the search-time options at their defaults (rescore_depth 256, float32 queries), and int8 queries
+    assert (options.rescore_depth, options.query_precision) == (256, "float32")
     int8 = CodeRetriever(path, threads=1, query_precision="int8").search(list(dataset.queries.values())[:3], 5)
     assert int8.keys() == run.keys() and all(len(hits) == 5 for hits in int8.values())
     assert build_code_index(dataset, options) == path  # found in the cache, no second build

@@ -34,10 +34,12 @@ DOC_ID_BYTES_FILE = "doc_ids.utf8.npy"  # format 2: the document ids' UTF-8 byte
 DOC_ID_OFFSETS_FILE = "doc_id_offsets.npy"  # format 2: id d is bytes offsets[d]:offsets[d + 1] (int64)
 #: the layout of an index directory written by this version (``format`` in its metadata; absent: 1)
 INDEX_FORMAT = 2
-#: documents re-scored exactly per query by default (the best by their score estimated from the kNN step):
-#: 64 kept nDCG@10 within .003 of re-scoring every candidate on NFCorpus and Vaswani (32: -.0043 on NFCorpus),
-#: benchmarks/results/codes/latency.md
-RESCORE_DEPTH = 64
+#: documents re-scored exactly per query by default (the best by their score estimated from the kNN step).
+#: nDCG@10 stays within .003 of re-scoring every candidate down to 64 on NFCorpus and Vaswani, but the top
+#: 100's recall does not: R@100 .2953 -> .2921 (256) / .2813 (64) on NFCorpus, .6501 -> .6329 / .5798 on
+#: Vaswani (benchmarks/results/codes/latency.md). A first stage feeds a re-ranker, so the default keeps the
+#: recall; 64 or 32 are the latency settings (`--code-set rescore_depth=64`).
+RESCORE_DEPTH = 256
 #: arithmetic of the query encoder at search time: float32, or int8 (CPU, dynamically quantized transformer)
 QUERY_PRECISIONS = ("float32", "int8")
 QUERY_PRECISION = "float32"
