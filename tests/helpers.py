@@ -227,3 +227,12 @@ def relevant_wins(reranker, train) -> int:
         relevant, other = reranker.score(query, [positive, negative])
         wins += relevant > other
     return wins
+
+
+def ctrl_c_as_at_a_terminal() -> None:
+    """``preexec_fn`` for a child a test sends SIGINT to: Ctrl-C's default disposition, as a command started
+    at a terminal has it. A test suite started in the background by a shell without job control inherits
+    SIGINT *ignored*, and Python then never raises KeyboardInterrupt in the child."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.interrupts import EXIT_SIGINT, EXIT_SIGTERM
+from tests.helpers import ctrl_c_as_at_a_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +39,7 @@ with exit_cleanly("nothing to keep in this test; run it again"):
 def test_a_signal_during_torch_work_with_the_jvm_running_exits_cleanly(tmp_path, signum, status, word):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen([sys.executable, "-c", CHILD], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
 
     def ready():
         assert child.stdout.readline().strip() == "ready"
@@ -53,7 +54,7 @@ def test_a_signal_during_torch_work_with_the_jvm_running_exits_cleanly(tmp_path,
 def start(args, tmp_path, **env):
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", **env}
     return subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
 
 
 def interrupt(child, signum, ready=lambda: None, pause: float = 0.0) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from pipeline.core.errors import CheckpointError, ConfigError
 from pipeline.core.records import Doc, Query
 from rerankers.knrm import KNRMReranker
 from tests.conftest import PYTHON, REPO, subprocess_env
-from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.helpers import ctrl_c_as_at_a_terminal, one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
 from tests.serve.support import (WORDS, Counting, Overlap, call, query_items, rerank_body, same_scores, start,
                                  trained, wait_until_ready)  # noqa: F401 (fixture)
 
@@ -308,7 +308,7 @@ def test_the_command_serves_and_stops_cleanly_on_a_signal(trained, signum, statu
     reranker, path, train = trained
     process = subprocess.Popen([PYTHON, "-m", "pipeline.serve", "--checkpoint", str(path), "--port", "0",
                                 "--threads", "1"], cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
     try:
         line = process.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), (line, process.stderr.read() if not line else "")
