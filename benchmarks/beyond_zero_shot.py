@@ -69,6 +69,7 @@ SAFE_FILES = {
     "nfcorpus/bi-encoder-zero-shot.json": "nfcorpus/bi-encoder-zero-shot-safe.json",
     "wikiqa/bi-encoder-zero-shot.json": "wikiqa/bi-encoder-zero-shot-safe.json",
     "cranfield/knrm.json": "cranfield/knrm-safe.json",
+    "vaswani/knrm.json": "vaswani/knrm-safe.json",
     "dl/2019-bi-encoder-zero-shot.json": "dl/2019-bi-encoder-zero-shot-safe.json",
     "dl/2020-bi-encoder-zero-shot.json": "dl/2020-bi-encoder-zero-shot-safe.json",
     "dl/2021-bi-encoder-zero-shot.json": "dl/2021-bi-encoder-zero-shot-safe.json",
