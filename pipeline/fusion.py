@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from .context import FirstStageContext
 from .core.errors import ConfigError, PipelineError
 from .core.records import Qrel, Run, ScoredDoc, minmax, ranked
 from .stages import rerank
@@ -240,8 +241,6 @@ def fold_choices(folds, reranker, dataset, first_stage: str, k: int, settings=No
     :func:`tuning_queries` re-ranked by the fold's own model, so no weight is chosen on the queries it scores.
     The tuning queries' candidates come from the run's ``context`` (:class:`pipeline.context.FirstStageContext`:
     the first stage built once, each query retrieved once) or a new one."""
-    from .context import FirstStageContext
-
     check_tunable(folds)
     context = context or FirstStageContext(dataset, first_stage, settings)
     choices: dict[str, WeightChoice] = {}

@@ -105,10 +105,9 @@ def candidates_key(plan: TrainingPlan) -> str:
     """The first stage as a model's cache key holds it: its name, and the options that differ from its
     defaults (``--fs-set``, ``--k1``, ...), since they change the candidates, hence the training examples.
     With every option at its default this is the name alone, so caches keyed before options existed stay valid."""
-    spec = plan.first_stage[:-len("-pool")] if plan.first_stage.endswith("-pool") else plan.first_stage
-    if spec.startswith("run:"):
+    if plan.first_stage.startswith("run:"):  # a run file: no options
         return plan.first_stage
-    changed = changed_options(first_stage_options(spec, plan.settings))
+    changed = changed_options(first_stage_options(plan.first_stage, plan.settings))
     return plan.first_stage if not changed else f"{plan.first_stage}:{json.dumps(changed, sort_keys=True, default=str)}"
 
 
