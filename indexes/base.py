@@ -17,7 +17,20 @@ class Retriever(Protocol):
     name: str
 
     def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
-        """Return ``{query_id: [ScoredDoc, ...]}`` (at most ``k`` per query)."""
+        """The top-``k`` documents of each query.
+
+        Args:
+            queries: the queries.
+            k: at most this many documents per query.
+
+        Returns:
+            ``{query_id: [ScoredDoc, ...]}``.
+
+        Example:
+            >>> from pipeline.core.records import ScoredDoc
+            >>> RunRetriever("given", {"q1": [ScoredDoc("q1", "d1", 1.0)]}).search([Query("q1", "x")], k=10)
+            {'q1': [ScoredDoc(query_id='q1', doc_id='d1', score=1.0)]}
+        """
         ...
 
 
@@ -29,7 +42,20 @@ class RunRetriever:
     run: Run
 
     def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
-        """The run's top-``k`` for each query (by score, ties by doc id); queries it lacks get no documents."""
+        """The run's top-``k`` for each query (by score, ties by doc id); queries it lacks get no documents.
+
+        Args:
+            queries: the queries.
+            k: at most this many documents per query.
+
+        Returns:
+            ``{query_id: [ScoredDoc, ...]}``, best first.
+
+        Example:
+            >>> from pipeline.core.records import ScoredDoc
+            >>> RunRetriever("given", {"q1": [ScoredDoc("q1", "d1", 1.0)]}).search([Query("q2", "x")])
+            {'q2': []}
+        """
         result: Run = {}
         for query in queries:
             hits = ranked(self.run.get(query.query_id, []))

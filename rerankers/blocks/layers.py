@@ -49,7 +49,14 @@ class SpatialDropout1d(nn.Module):
         self.dropout = nn.Dropout1d(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, L, D]`` -> ``[B, L, D]``."""
+        """Drop whole channels (training mode only).
+
+        Args:
+            x: ``[B, L, D]``.
+
+        Returns:
+            ``[B, L, D]``, each kept channel scaled by ``1 / (1 - p)``.
+        """
         return self.dropout(x.transpose(1, 2)).transpose(1, 2)
 
 
@@ -103,7 +110,8 @@ class MaskedConv1d(nn.Module):
         self.activation = nn.ReLU() if activation is None else activation
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """
+        """Convolve the real positions; padding stays zero.
+
         Args:
             x: ``[B, L, C_in]``.
             mask: ``[B, L]`` bool.
@@ -169,7 +177,16 @@ def per_distinct_row(encode, ids: torch.Tensor, mask: torch.Tensor) -> list[torc
 def positionwise(function, mask: torch.Tensor | None, *inputs: torch.Tensor) -> torch.Tensor:
     """``function`` (acting on the last axis only) applied to the real positions of ``inputs`` ``[B, n, *]``
     (``mask`` ``[B, n]``, True = real) and scattered back to ``[B, n, out]``; padded positions get zeros.
-    Skipping padding saves work, not results; ``mask=None`` applies ``function`` everywhere."""
+    Skipping padding saves work, not results; ``mask=None`` applies ``function`` everywhere.
+
+    Args:
+        function: maps tensors ``[m, *]`` to ``[m, out]``, acting on the last axis only.
+        mask: ``[B, n]`` bool, True on real positions, or ``None``.
+        *inputs: ``[B, n, *]`` tensors.
+
+    Returns:
+        ``[B, n, out]`` with zeros at padded positions.
+    """
     if mask is None:
         return function(*inputs)
     packed = function(*(x[mask] for x in inputs))

@@ -99,7 +99,17 @@ def masked_max(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = Fa
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
-    """Sum over ``dim`` of the unmasked entries (0 where everything is masked)."""
+    """Sum over ``dim`` of the unmasked entries (0 where everything is masked).
+
+    Args:
+        x: any shape.
+        mask: bool, broadcastable to ``x`` (trailing singleton dims added).
+        dim: axis to reduce.
+        keepdim: keep the reduced axis as size 1.
+
+    Returns:
+        ``x`` reduced over ``dim``.
+    """
     mask = _broadcast_mask(mask, x)
     return (x * mask.to(x.dtype)).sum(dim=dim, keepdim=keepdim)
 

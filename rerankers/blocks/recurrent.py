@@ -55,7 +55,8 @@ class MaskedBiLSTM(nn.Module):
         return 2 * self.hidden_size
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """
+        """Run both directions over the real tokens of each row.
+
         Args:
             x: ``[B, L, D]`` (a transposed view of a time-major ``[L, B, D]``
                 tensor is read without a copy).
@@ -163,8 +164,15 @@ class MaskedBiLSTM(nn.Module):
         The recurrence runs in float32 whatever the autocast. Gradients flow, but training uses
         :meth:`forward` (packed).
 
+        Args:
+            gates: ``[B, L, 8H]`` input projections, forward direction's then backward's.
+            mask: ``[B, L]`` bool; real tokens must form a prefix of each row.
+
         Returns:
             as :meth:`forward`: ``(outputs [B, L, 2H], last [B, 2H])``.
+
+        Raises:
+            ValueError: a stacked LSTM, or ``gates`` of another width than ``8 * hidden_size``.
         """
         if self.lstm.num_layers != 1:
             raise ValueError("forward_from_gates needs a one-layer MaskedBiLSTM")

@@ -119,7 +119,8 @@ class BilinearInteraction(nn.Module):
                 nn.init.uniform_(vec, -bound, bound)
 
     def forward(self, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        """
+        """The score matrix (or stack) of every query and document position.
+
         Args:
             q: ``[B, Lq, Dq]``.
             d: ``[B, Ld, Dd]``.
