@@ -248,11 +248,24 @@ class AddaxReranker(TransformerReranker):
     }
 
     def __init__(self, *args, **kwargs):
+        """
+        Args:
+            *args: as :class:`~rerankers.transformer_base.TransformerReranker` takes them.
+            **kwargs: as :class:`~rerankers.transformer_base.TransformerReranker` takes them.
+        """
         super().__init__(*args, **kwargs)
         self._doc_states = LRUCache(self.encoder_config.doc_cache_size)
         self._query_states = LRUCache(self.encoder_config.doc_cache_size)
 
     def build_module(self, encoder):
+        """A fresh :class:`AddaxModel` around ``encoder``, sized for the query and document lengths.
+
+        Args:
+            encoder: the pre-trained ``AutoModel``.
+
+        Returns:
+            The module.
+        """
         prefix = self.special.prefix_length
         return AddaxModel(encoder, self.model_config, self.encoder_config.max_query_length + prefix,
                           self.encoder_config.max_doc_length + prefix)
@@ -263,8 +276,15 @@ class AddaxReranker(TransformerReranker):
         self._query_states = LRUCache(self.encoder_config.doc_cache_size)
 
     def before_scoring(self, docs: Sequence[Doc], queries: Sequence[Query] = ()) -> None:
-        """Tokenize the call's texts, and start its query-encoding cache afresh: within one call, whose
-        batches mix queries (``score_many``), a query is encoded once; the document cache persists."""
+        """Tokenize the call's texts, and start its query-encoding cache afresh.
+
+        Within one call, whose batches mix queries (``score_many``), a query is encoded once; the document
+        cache persists.
+
+        Args:
+            docs: the call's distinct documents.
+            queries: the call's distinct queries.
+        """
         super().before_scoring(docs, queries)
         self._query_states = LRUCache(self.encoder_config.doc_cache_size)
 
@@ -274,9 +294,16 @@ class AddaxReranker(TransformerReranker):
         return self._doc_states
 
     def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
-        """Unique queries and documents of ``pairs`` as padded ids (``*_attention``: real tokens, specials
-        included; ``*_positions``: ``[CLS]`` and the text), ``*_index`` ``[B]`` mapping pairs to them, and
-        ``doc_keys``/``query_keys`` (the unique texts' cache keys)."""
+        """The unique queries and documents of ``pairs`` as padded ids.
+
+        Args:
+            pairs: ``(query, doc)`` pairs.
+
+        Returns:
+            ``*_ids``, ``*_attention`` (real tokens, specials included), ``*_positions`` (``[CLS]`` and the
+            text), ``*_index`` ``[B]`` mapping pairs to them, and ``doc_keys``/``query_keys`` (the unique
+            texts' cache keys).
+        """
         self._require_prepared()
         query_keys_all = [self.query_key(q) for q, _ in pairs]
         query_firsts, query_index = unique_rows(query_keys_all)
@@ -299,9 +326,17 @@ class AddaxReranker(TransformerReranker):
         return batch
 
     def forward(self, batch):
-        """Scores ``[B]``. In evaluation mode without gradients, document (and, within a scoring call, query)
-        states come from the caches and only the uncached texts go through the encoder; a training-mode
-        call clears the caches."""
+        """Scores of an encoded batch.
+
+        In evaluation mode without gradients, document (and, within a scoring call, query) states come from
+        the caches and only the uncached texts go through the encoder; a training-mode call clears the caches.
+
+        Args:
+            batch: what :meth:`encode` returned.
+
+        Returns:
+            A ``[B]`` tensor of scores.
+        """
         module = self.module
         if module.training:
             self.clear_cache()  # the weights are about to change
@@ -333,9 +368,16 @@ class AddaxReranker(TransformerReranker):
         return pad_sequence(states, batch_first=True)
 
     def auxiliary_loss(self, units: int):
-        """Eq. 15's ``delta L1 + gamma L2`` of the pairs just scored in training mode, divided by the number
-        of training units (triplets for the hinge loss) like the Trainer's mean loss; ``None`` when the
-        denoiser is off or nothing was stored. Consumes what the module stored."""
+        """Eq. 15's ``delta L1 + gamma L2`` of the pairs just scored in training mode; consumes what the
+        module stored.
+
+        Args:
+            units: the batch's training units (triplets for the hinge loss).
+
+        Returns:
+            The loss divided by ``units`` like the Trainer's mean loss; ``None`` when the denoiser is off or
+            nothing was stored.
+        """
         stored = self.module.last_auxiliary if self.module is not None else None
         if stored is None:
             return None

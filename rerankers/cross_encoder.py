@@ -140,8 +140,14 @@ class CrossEncoderReranker(TransformerReranker):
     }
 
     def uses_pretrained_head(self) -> bool:
-        """Whether the module is built on the encoder's own classification head (see ``head``); an encoder
-        without a usable one under ``head=pretrained`` is a :class:`~pipeline.core.errors.PipelineError`."""
+        """Whether the module is built on the encoder's own classification head (see ``head``).
+
+        Returns:
+            True when the encoder has a usable head (1 or 2 labels) and ``head`` is not ``new``.
+
+        Raises:
+            PipelineError: ``head=pretrained`` and the encoder has no usable head.
+        """
         head = self.model_config.head
         if head == "new":
             return False
@@ -159,30 +165,60 @@ class CrossEncoderReranker(TransformerReranker):
         return usable
 
     def load_pretrained(self):
-        """The encoder with its classification head (``AutoModelForSequenceClassification``) when
-        :meth:`uses_pretrained_head`, else its ``AutoModel``."""
+        """The encoder with its classification head when :meth:`uses_pretrained_head`, else its ``AutoModel``.
+
+        Returns:
+            ``(tokenizer, model)``: an ``AutoModelForSequenceClassification`` or an ``AutoModel``.
+        """
         if self.uses_pretrained_head():
             return load_classifier(self.encoder_config.encoder)
         return load_encoder(self.encoder_config.encoder)
 
     def build_module(self, encoder):
-        """:class:`PretrainedHeadModel` around a loaded classifier, else :class:`CrossEncoderModel`."""
+        """:class:`PretrainedHeadModel` around a loaded classifier, else :class:`CrossEncoderModel`.
+
+        Args:
+            encoder: what :meth:`load_pretrained` gave.
+
+        Returns:
+            The module.
+        """
         # the loaded class, not the config, tells: an AutoModel read from a classifier keeps its config
         if type(encoder).__name__.endswith("ForSequenceClassification"):
             return PretrainedHeadModel(encoder)
         return CrossEncoderModel(encoder, self.model_config)
 
     def max_input_length(self) -> int:
+        """The longest input the encoder sees: query, document and the pair's special tokens.
+
+        Returns:
+            Its length in word pieces.
+        """
         config = self.encoder_config
         return config.max_query_length + config.max_doc_length + self.special.extra(pair=True)
 
     def pair_length(self, query: Query, doc: Doc) -> int:
-        """Padded length that matters for batching: query plus document word pieces."""
+        """Padded length that matters for batching: query plus document word pieces.
+
+        Args:
+            query: the pair's query.
+            doc: the pair's document.
+
+        Returns:
+            The number of word pieces (both capped).
+        """
         self._require_prepared()
         return len(self.query_ids([query])[0]) + len(self.doc_ids([doc])[0])
 
     def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
-        """``input_ids``, ``attention_mask`` (bool) and, for encoders with token types, ``token_type_ids``."""
+        """The pairs joined as ``[CLS] q [SEP] d [SEP]`` and padded.
+
+        Args:
+            pairs: ``(query, doc)`` pairs.
+
+        Returns:
+            ``input_ids``, ``attention_mask`` (bool) and, for encoders with token types, ``token_type_ids``.
+        """
         self._require_prepared()
         queries = self.query_ids([q for q, _ in pairs])
         docs = self.doc_ids([d for _, d in pairs])
@@ -201,8 +237,20 @@ class CrossEncoderReranker(TransformerReranker):
         sequence-classification cross-encoder, a local ``save_pretrained`` directory (one holding
         ``config.json``) or a hub model id (anything that is not an existing path, except a name ending in
         ``.pt``/``.pth``, which is a missing checkpoint), used as it is
-        (:meth:`from_pretrained`). What cannot be loaded is a :class:`~pipeline.core.errors.CheckpointError`
-        saying what was tried."""
+        (:meth:`from_pretrained`).
+
+        Args:
+            path: a checkpoint file, a model directory or a hub model id.
+
+        Returns:
+            The re-ranker, in eval mode, ready to score.
+
+        Raises:
+            CheckpointError: what cannot be loaded, saying what was tried.
+
+        Example:
+            >>> reranker = CrossEncoderReranker.load("cross-encoder/ms-marco-MiniLM-L-6-v2")  # doctest: +SKIP
+        """
         location = Path(path)
         # a missing *.pt is a checkpoint path with a typo, not a hub id: no network round trip for it
         if location.is_file() or (not location.exists() and location.suffix in CHECKPOINT_SUFFIXES):
@@ -229,7 +277,19 @@ class CrossEncoderReranker(TransformerReranker):
 
         A directory written by :meth:`save_pretrained` (it holds ``neural_rerank.json``) comes back as it was
         exported: its configs, seed and head (a linear head on ``[CLS]`` is restored exactly), ``options``
-        applied over them."""
+        applied over them.
+
+        Args:
+            name: a hub id or local directory of a sequence-classification model, or an export directory.
+            options: ``--set``-style options (e.g. ``max_query_length``).
+            seed: the random seed (of any further training).
+
+        Returns:
+            The re-ranker, in eval mode, ready to score.
+
+        Raises:
+            PipelineError: the model has no sequence-classification head with 1 or 2 labels.
+        """
         from .hf_export import CONFIG_FILE, export_class, read_description
 
         location = Path(name)
@@ -275,7 +335,21 @@ class CrossEncoderReranker(TransformerReranker):
         ``neural_rerank.json`` with the project's configs; atomically (an existing ``directory`` is replaced
         as a whole). A two-label head becomes its logit difference, a linear head on ``[CLS]`` is written
         into the classifier's tanh layer (see :mod:`rerankers.hf_export`); the written model is checked to
-        score a probe batch as this one does. :meth:`load` / ``--model DIR`` read it back exactly."""
+        score a probe batch as this one does. :meth:`load` / ``--model DIR`` read it back exactly.
+
+        Args:
+            directory: the directory to write (replaced as a whole if it exists).
+
+        Returns:
+            The directory written.
+
+        Raises:
+            PipelineError: the model is not prepared or is int8-quantized, or the export scores probe pairs
+                differently.
+
+        Example:
+            >>> reranker.save_pretrained("my-cross-encoder")   # doctest: +SKIP
+        """
         import copy
 
         from .hf_export import (

@@ -376,7 +376,14 @@ class MatchSRNNReranker(WordReranker):
                                       "learning_rate": 1e-3, "epochs": 10}
 
     def build_module(self, embedding_weights: torch.Tensor) -> MatchSRNNModel:
-        """A fresh :class:`MatchSRNNModel` on ``embedding_weights`` ``[V, E]``."""
+        """A fresh :class:`MatchSRNNModel` on ``embedding_weights``.
+
+        Args:
+            embedding_weights: ``[V, E]`` initial word vectors.
+
+        Returns:
+            The module.
+        """
         return MatchSRNNModel(self.model_config, embedding_weights.float(), self.bidirectional,
                               self.text_config.freeze_embeddings)
 

@@ -27,8 +27,12 @@ class PretrainedExport:
     pretrained_head_file: ClassVar[str | None] = None
 
     def export_description(self) -> dict:
-        """What the export's description file records: name, class, configs, seed, the encoder it was
-        trained on (name, architecture, tokenizer fingerprint), the head weights' file and versions."""
+        """What the export's description file records.
+
+        Returns:
+            Name, class, configs, seed, the encoder it was trained on (name, architecture, tokenizer
+            fingerprint), the head weights' file and versions.
+        """
         return {**self.describe(), "head_weights": self.pretrained_head_file, "versions": library_versions()}
 
     def _export_ready(self) -> None:
@@ -41,6 +45,16 @@ class PretrainedExport:
         replaced as a whole): the encoder with ``save_pretrained`` and its tokenizer (both standard), the
         weights outside the encoder in :attr:`pretrained_head_file` (safetensors) and the description in
         :attr:`pretrained_config_file`. :meth:`from_pretrained` reads it back with identical scores.
+
+        Args:
+            directory: the directory to write (replaced as a whole if it exists).
+
+        Returns:
+            The directory written.
+
+        Raises:
+            PipelineError: nothing to export (not prepared), an int8-quantized model, or weights outside the
+                encoder without a head file.
 
         Example:
             >>> reranker.save_pretrained("exported/addax")  # doctest: +SKIP
@@ -64,7 +78,20 @@ class PretrainedExport:
     def from_pretrained(cls, directory):
         """The re-ranker that :meth:`save_pretrained` wrote to ``directory`` (an ablation's export read
         through its parent class comes back as that ablation), scoring exactly as it did. A directory that
-        is no such export, or one of another model, is a :class:`~pipeline.core.errors.CheckpointError` naming it."""
+        is no such export, or one of another model, is a :class:`~pipeline.core.errors.CheckpointError` naming it.
+
+        Args:
+            directory: a directory :meth:`save_pretrained` wrote.
+
+        Returns:
+            The re-ranker, in eval mode, ready to score.
+
+        Raises:
+            CheckpointError: the directory is no such export, or one of another model.
+
+        Example:
+            >>> reranker = AddaxReranker.from_pretrained("my-addax")   # doctest: +SKIP
+        """
         directory = Path(directory)
         description = read_description(directory, cls.pretrained_config_file)
         return export_class(directory, description, cls)._restore_pretrained(directory, description)

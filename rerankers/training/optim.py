@@ -13,6 +13,19 @@ def learning_rate_factor(step: int, total_steps: int, schedule: str, warmup: flo
     from ``1 / warmup_steps`` to 1 over them (BERT's fine-tuning recipe), then stays at 1 (``constant``) or
     falls linearly to ``1 / (steps after warm-up)`` at the last step (``linear``), never to 0, so no step is
     wasted.
+
+    Args:
+        step: the optimizer step about to be taken (0-based).
+        total_steps: the steps of the whole fit.
+        schedule: ``constant`` or ``linear``.
+        warmup: a fraction of ``total_steps`` (< 1) or a number of steps.
+
+    Returns:
+        The factor.
+
+    Example:
+        >>> [round(learning_rate_factor(s, 4, "linear", 0.5), 2) for s in range(4)]
+        [0.5, 1.0, 1.0, 0.5]
     """
     warmup_steps = int(round(warmup * total_steps)) if warmup < 1 else int(warmup)
     warmup_steps = min(warmup_steps, max(0, total_steps - 1))
@@ -31,7 +44,20 @@ def parameter_groups(module, pretrained_prefixes: Sequence[str], learning_rate: 
     encoder's) keep ``learning_rate`` and the rest (the freshly initialised layers around it) get
     ``head_learning_rate``. A small fine-tuning step suits the pre-trained weights; new layers would move
     as slowly at it (the usual remedy, e.g. in ColBERT's and DPR's heads, is a larger step for them).
-    The pre-trained group comes first, so ``param_groups[0]`` is the encoder's."""
+    The pre-trained group comes first, so ``param_groups[0]`` is the encoder's.
+
+    Args:
+        module: the re-ranker's module.
+        pretrained_prefixes: name prefixes of the pre-trained encoder's parameters.
+        learning_rate: the base step.
+        head_learning_rate: the step of the other layers (0: one group at ``learning_rate``).
+
+    Returns:
+        The optimiser's parameter groups.
+
+    Raises:
+        PipelineError: ``head_learning_rate`` for a model without (or with only) pre-trained parameters.
+    """
     named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
     if head_learning_rate <= 0:
         return [{"params": [p for _, p in named], "lr": learning_rate}]

@@ -19,7 +19,14 @@ __all__ = ["TRAINING_STATE_KIND", "generator_states", "restore_generators", "sav
 
 
 def generator_states(rng: random.Random) -> dict:
-    """The states of every random generator training draws from."""
+    """The states of every random generator training draws from.
+
+    Args:
+        rng: the training loop's own generator.
+
+    Returns:
+        The loop's, Python's, numpy's and torch's (CPU and CUDA) states, as plain values and tensors.
+    """
     import numpy as np
     import torch
 
@@ -36,7 +43,12 @@ def generator_states(rng: random.Random) -> dict:
     return states
 
 def restore_generators(states: Mapping[str, Any], rng: random.Random) -> None:
-    """Put back the generator states :func:`generator_states` took."""
+    """Put back the generator states :func:`generator_states` took.
+
+    Args:
+        states: what :func:`generator_states` returned.
+        rng: the training loop's own generator.
+    """
     import numpy as np
     import torch
 
@@ -60,12 +72,29 @@ def restore_generators(states: Mapping[str, Any], rng: random.Random) -> None:
 
 def save_state(path: Path, identity: dict, state: dict) -> None:
     """Write one epoch's training ``state`` to ``path`` atomically, with its digest and the ``identity`` of
-    the training it belongs to (:meth:`rerankers.training.loop.Trainer.state_identity`)."""
+    the training it belongs to (:meth:`rerankers.training.loop.Trainer.state_identity`).
+
+    Args:
+        path: the state file.
+        identity: the training's identity.
+        state: plain values and tensors.
+    """
     save_checkpoint(path, {"kind": TRAINING_STATE_KIND, "identity": identity, **state})
 
 
 def load_state(path: Path, identity: dict) -> dict:
-    """A training state written by :func:`save_state` for the training ``identity``, or a clear error."""
+    """A training state written by :func:`save_state` for the training ``identity``.
+
+    Args:
+        path: the state file.
+        identity: the training's identity.
+
+    Returns:
+        The state.
+
+    Raises:
+        CheckpointError: a damaged file, or a state of another kind or training.
+    """
     state = load_checkpoint(path, "training state")
     if state.get("kind") != TRAINING_STATE_KIND:
         raise CheckpointError(f"{path}: not a training state (kind {state.get('kind')!r}); delete it to start over")
