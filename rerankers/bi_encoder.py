@@ -3,9 +3,13 @@
 The sentence-transformers recipe (Reimers and Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese
 BERT-Networks", EMNLP 2019, arXiv:1908.10084): each text goes through the encoder alone, its token states
 are mean-pooled over the real tokens and L2-normalised, and the score is the cosine of the two vectors.
-Fine-tuning uses the softmax loss over one positive and sampled negatives (the project's ``softmax`` loss)
-on ``scale * cosine``, which is sentence-transformers' MultipleNegativesRankingLoss restricted to the
-group's own negatives (van den Oord et al.'s InfoNCE, arXiv:1807.03748).
+Fine-tuning uses the project's ``in_batch`` loss (:mod:`rerankers.training.losses`) on ``scale * cosine``:
+each training query's softmax runs over its positive, ``negatives`` hard negatives sampled from its
+first-stage (BM25) candidates, and every other document of the batch, which is sentence-transformers'
+MultipleNegativesRankingLoss with hard negatives (van den Oord et al.'s InfoNCE, arXiv:1807.03748; DPR's
+in-batch plus BM25 negatives, arXiv:2004.04906). The bi-encoder embeds each distinct query and document of
+a batch once, so the in-batch negatives cost no encoding. ``--set loss=softmax`` keeps the group's own
+negatives only.
 
 Why it is here: the default encoder, all-MiniLM-L6-v2, was trained by the sentence-transformers authors as
 exactly this bi-encoder, on about a billion sentence pairs that include MS MARCO; used this way it ranks
@@ -89,17 +93,33 @@ class BiEncoderReranker(TransformerReranker):
 
     name = "bi-encoder"
     model_config_class = BiEncoderConfig
+    #: fine-tuning that keeps what the pre-trained encoder knew: a small step warmed up and decayed, one epoch
+    #: (a pass over the training queries' positives), the starting weights kept unless the dev metric improves;
+    #: a batch of 64 documents is 16 queries, each with its positive and 3 BM25 negatives (BENCHMARKS.md, DL)
     train_defaults = {
-        "loss": "softmax", "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0,
-        "batch_size": 64, "negatives": 7, "epochs": 2, "patience": 1, "score_batch_size": 128,
+        "loss": "in_batch", "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0,
+        "batch_size": 64, "negatives": 3, "epochs": 1, "patience": 1, "score_batch_size": 128,
         "schedule": "linear", "warmup": 0.1, "dev_at_start": True,
     }
 
     def __init__(self, *args, **kwargs):
+        """
+        Args:
+            *args: as :class:`~rerankers.transformer_base.TransformerReranker` takes them.
+            **kwargs: as :class:`~rerankers.transformer_base.TransformerReranker` takes them.
+        """
         super().__init__(*args, **kwargs)
         self._doc_vectors = LRUCache(self.encoder_config.doc_cache_size)
 
     def build_module(self, encoder):
+        """A fresh :class:`BiEncoderModel` around ``encoder``.
+
+        Args:
+            encoder: the pre-trained ``AutoModel``.
+
+        Returns:
+            The module.
+        """
         return BiEncoderModel(encoder, self.model_config)
 
     def clear_cache(self) -> None:
@@ -107,8 +127,15 @@ class BiEncoderReranker(TransformerReranker):
         self._doc_vectors = LRUCache(self.encoder_config.doc_cache_size)
 
     def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
-        """Unique queries and documents of ``pairs`` as padded ids with special tokens, ``*_index`` ``[B]``
-        mapping the pairs to them, and ``doc_keys`` (the unique documents' cache keys)."""
+        """The unique queries and documents of ``pairs`` as padded ids with special tokens.
+
+        Args:
+            pairs: ``(query, doc)`` pairs.
+
+        Returns:
+            ``*_ids`` and ``*_attention`` of the unique texts, ``*_index`` ``[B]`` mapping the pairs to them,
+            and ``doc_keys`` (the unique documents' cache keys).
+        """
         self._require_prepared()
         query_firsts, query_index = unique_rows([self.query_key(q) for q, _ in pairs])
         doc_keys = [self.doc_key(d) for _, d in pairs]
@@ -124,7 +151,14 @@ class BiEncoderReranker(TransformerReranker):
         return batch
 
     def forward(self, batch):
-        """Scores ``[B]``; without gradients, document vectors come from the cache where present."""
+        """Scores of an encoded batch; without gradients, document vectors come from the cache where present.
+
+        Args:
+            batch: what :meth:`encode` returned.
+
+        Returns:
+            A ``[B]`` tensor of cosine scores.
+        """
         module = self.module
         tensors = self.tensors(batch)
         if module.training or torch.is_grad_enabled() or self.encoder_config.doc_cache_size <= 0:
@@ -150,7 +184,20 @@ class BiEncoderReranker(TransformerReranker):
         """A checkpoint written by :meth:`save`, a directory written by :meth:`save_pretrained`, or, for a
         path that is neither, the pre-trained sentence encoder of that name or directory used as it is
         (``--model all-MiniLM-L6-v2``: zero-shot, nothing trained). A directory that is none of these (no
-        export description, no ``config.json``) is a :class:`~pipeline.core.errors.CheckpointError` naming it."""
+        export description, no ``config.json``) is a :class:`~pipeline.core.errors.CheckpointError` naming it.
+
+        Args:
+            path: a checkpoint file, an export directory, or an encoder's name or directory.
+
+        Returns:
+            The re-ranker, in eval mode, ready to score.
+
+        Raises:
+            CheckpointError: a damaged checkpoint, or a directory that is none of these.
+
+        Example:
+            >>> reranker = BiEncoderReranker.load("all-MiniLM-L6-v2")   # zero-shot  # doctest: +SKIP
+        """
         from .hf_export import CONFIG_FILES
 
         location = Path(path)

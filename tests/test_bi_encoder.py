@@ -39,7 +39,7 @@ def reference_vector(reranker, text: str, limit: int) -> torch.Tensor:
 def test_registered_with_contrastive_defaults():
     assert reranker_class("bi-encoder") is BiEncoderReranker
     config = BiEncoderReranker().train_config
-    assert (config.loss, config.dev_at_start, config.schedule) == ("softmax", True, "linear")
+    assert (config.loss, config.dev_at_start, config.schedule) == ("in_batch", True, "linear")
 
 
 def test_score_is_scaled_cosine_of_mean_pooled_outputs(tiny_encoder):

@@ -5,7 +5,9 @@ from dataclasses import dataclass
 
 from pipeline.core.errors import PipelineError
 
-LOSSES = ("pointwise", "hinge", "softmax")
+#: ``in_batch``: softmax over the unit's positive and hard negatives plus every other document of the batch
+#: (:mod:`rerankers.training.losses`; for re-rankers that embed queries and documents apart)
+LOSSES = ("pointwise", "hinge", "softmax", "in_batch")
 
 
 @dataclass
@@ -18,7 +20,7 @@ class TrainConfig:
     learning_rate: float = 1e-3
     optimizer: str = "adam"
     weight_decay: float = 0.0
-    negatives: int = 4              # sampled negatives per positive (pointwise, hinge) or per group (softmax)
+    negatives: int = 4              # sampled negatives per positive (pointwise, hinge) or per group (softmax, in_batch)
     max_examples_per_epoch: int = 0  # 0: every positive of every query once per epoch
     margin: float = 1.0             # hinge margin
     grad_clip: float = 5.0          # max gradient norm; 0 disables

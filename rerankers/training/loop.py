@@ -31,6 +31,7 @@ from pipeline.core.runtime import resolve_device, seed_everything, set_threads
 from infra import distributed
 from .config import TrainConfig
 from .data import RankingData, rerank_candidates
+from .losses import in_batch_loss, in_batch_pairs
 from .optim import learning_rate_factor, parameter_groups
 from .state import TRAINING_STATE_KIND, generator_states, load_state, restore_generators, save_state  # noqa: F401
 
@@ -61,6 +62,11 @@ class TrainReport:
     stopped_early: bool = False
 
     def to_json(self) -> dict:
+        """The report as plain values.
+
+        Returns:
+            Its fields, the epochs' logs as dicts.
+        """
         return dataclasses.asdict(self)
 
 
@@ -68,6 +74,12 @@ class Trainer:
     """Trains a prepared re-ranker's module (see the module docstring for what the re-ranker offers)."""
 
     def __init__(self, reranker, config: TrainConfig, seed: int = 42):
+        """
+        Args:
+            reranker: a prepared re-ranker (``module``, ``encode``, ``forward``, ``pair_length``).
+            config: the training settings.
+            seed: the seed of sampling, shuffling and dropout.
+        """
         self.reranker = reranker
         self.config = config
         self.seed = seed
@@ -79,6 +91,13 @@ class Trainer:
         pointwise: one unit per document (a positive, or one of ``negatives`` sampled per positive);
         hinge: ``(positive, negative)`` pairs; softmax: one positive and ``negatives`` negatives.
         Queries without a positive or without a negative teach nothing and are skipped.
+
+        Args:
+            data: the training data.
+            rng: the training's generator (sampling and shuffling).
+
+        Returns:
+            The units, shuffled (at most ``max_examples_per_epoch``).
         """
         config = self.config
         units = []
@@ -105,7 +124,15 @@ class Trainer:
 
     def batches(self, units: list, rng: random.Random) -> list[list]:
         """Length-bucketed batches: units sorted by length within buckets of ``bucket_batches`` batches,
-        so a batch pads little, then the batches are shuffled."""
+        so a batch pads little, then the batches are shuffled.
+
+        Args:
+            units: one epoch's units (:meth:`epoch_units`).
+            rng: the training's generator.
+
+        Returns:
+            The batches, each a list of units.
+        """
         size = max(1, self.config.batch_size if self.config.loss == "pointwise" else
                    self.config.batch_size // max(1, len(units[0][1]) if units else 1))
         bucket = size * max(1, self.config.bucket_batches)
@@ -118,13 +145,23 @@ class Trainer:
         return batches
 
     def loss(self, scores, units):
-        """The configured loss for a batch's flat ``scores`` (units in order)."""
+        """The configured loss for a batch's flat ``scores``.
+
+        Args:
+            scores: the scores of every (query, document) pair of ``units``, flat, in unit order.
+            units: the batch's ``(query, docs, labels)`` units.
+
+        Returns:
+            The mean loss, a scalar tensor.
+        """
         import torch
         import torch.nn.functional as F
 
         if self.config.loss == "pointwise":
             labels = torch.tensor([u[2][0] for u in units], dtype=scores.dtype, device=scores.device)
             return F.binary_cross_entropy_with_logits(scores, labels)
+        if self.config.loss == "in_batch":
+            return in_batch_loss(scores, units)
         grouped = scores.view(len(units), -1)
         if self.config.loss == "hinge":
             return torch.clamp(self.config.margin - grouped[:, 0] + grouped[:, 1], min=0).mean()
@@ -140,6 +177,17 @@ class Trainer:
         generators, report) is written there atomically after every epoch, and a fit that finds the file
         goes on from the epoch after the last one saved: an interrupted run resumes and ends with the same
         weights as an uninterrupted one. The file is deleted when the fit ends.
+
+        Args:
+            train: the training data.
+            dev: the dev data for early stopping (``None``: every epoch's weights are kept in turn).
+            state_path: where the per-epoch training state is kept (``None``: nowhere, no resuming).
+
+        Returns:
+            What was done: per-epoch logs and the epoch whose weights were kept.
+
+        Raises:
+            CheckpointError: ``state_path`` holds a damaged state or one of another training.
         """
         import torch
         from pipeline.core.progress import tqdm
@@ -274,7 +322,16 @@ class Trainer:
         micro-batches whose gradients add up (under DDP's ``no_sync()`` but for the last, whose ``backward``
         sends the sum). Each micro-batch's mean loss is scaled by its share of the batch (times the world
         size, which DDP's average divides out), so the gradient is the whole batch's mean-loss gradient.
-        Returns this rank's scaled loss (a detached tensor; the ranks' values average to the batch's loss)."""
+
+        Args:
+            units: the whole batch.
+            device: the torch device.
+            use_amp: compute the forward under bfloat16 autocast.
+            data_parallel: the DDP wrapper (:meth:`data_parallel`), or ``None`` in one process.
+
+        Returns:
+            This rank's scaled loss (a detached tensor; the ranks' values average to the batch's loss).
+        """
         import contextlib
 
         mine, scale = distributed.share(units)
@@ -292,10 +349,23 @@ class Trainer:
         return total
 
     def share_loss(self, units: list, device, use_amp: bool, data_parallel=None):
-        """The configured loss of ``units``' scores, computed inside the DDP wrapper when there is one."""
+        """The configured loss of ``units``' scores, computed inside the DDP wrapper when there is one.
+
+        Args:
+            units: the units to score.
+            device: the torch device.
+            use_amp: compute the forward under bfloat16 autocast.
+            data_parallel: the DDP wrapper, or ``None``.
+
+        Returns:
+            The mean loss, a scalar tensor with its graph.
+        """
         import torch
 
-        pairs = [(query, doc) for query, docs, _ in units for doc in docs]
+        if self.config.loss == "in_batch":  # every query against every document of the share
+            pairs = in_batch_pairs(units)
+        else:
+            pairs = [(query, doc) for query, docs, _ in units for doc in docs]
         batch = self.reranker.encode(pairs)
 
         def compute():  # under DDP, inside its forward: the loss is the output it finds parameters from
@@ -308,7 +378,16 @@ class Trainer:
     def data_parallel(self, units: list, device, use_amp: bool):
         """The DDP wrapper of the re-ranker (:func:`distributed.data_parallel`), ``find_unused_parameters``
         set only if, on some rank, a trainable parameter gets no gradient from its share of ``units``
-        (the first batch, computed once without a step and with torch's generator put back)."""
+        (the first batch, computed once without a step and with torch's generator put back).
+
+        Args:
+            units: the first batch.
+            device: the torch device.
+            use_amp: compute the forward under bfloat16 autocast.
+
+        Returns:
+            The DDP module, or ``None`` outside a process group.
+        """
         import torch
 
         module = self.reranker.module
@@ -325,7 +404,15 @@ class Trainer:
 
     # -- resuming --------------------------------------------------------------------------------
     def make_scheduler(self, optimizer, total_steps: int):
-        """The learning-rate schedule over ``total_steps`` optimizer steps."""
+        """The learning-rate schedule over ``total_steps`` optimizer steps.
+
+        Args:
+            optimizer: the torch optimizer.
+            total_steps: the optimizer steps of the whole fit.
+
+        Returns:
+            A ``LambdaLR`` of :func:`~rerankers.training.optim.learning_rate_factor`.
+        """
         import torch
 
         config = self.config
@@ -333,8 +420,11 @@ class Trainer:
             step, total_steps, config.schedule, config.warmup))
 
     def state_identity(self) -> dict:
-        """What a saved training state must have been written for: re-ranker, seed and training options
-        (the device may change between runs)."""
+        """What a saved training state must have been written for.
+
+        Returns:
+            Re-ranker, seed and training options (not the device, which may change between runs).
+        """
         options = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "device"}
         return {"reranker": self.reranker.name, "seed": self.seed, "config": options}
 
@@ -343,14 +433,36 @@ class Trainer:
     restore_generators = staticmethod(restore_generators)
 
     def save_state(self, path: Path, state: dict) -> None:
-        """Write one epoch's training state to ``path`` atomically, with its digest."""
+        """Write one epoch's training state to ``path`` atomically, with its digest.
+
+        Args:
+            path: the state file.
+            state: plain values and tensors.
+        """
         save_state(path, self.state_identity(), state)
 
     def load_state(self, path: Path) -> dict:
-        """A training state written by :meth:`save_state` for this very training, or a clear error."""
+        """A training state written by :meth:`save_state` for this very training.
+
+        Args:
+            path: the state file.
+
+        Returns:
+            The state.
+
+        Raises:
+            CheckpointError: a damaged file, or the state of another training.
+        """
         return load_state(path, self.state_identity())
 
     def evaluate(self, data: RankingData) -> float:
-        """The dev metric (ir-measures) of re-ranking ``data``'s candidates with the current weights."""
+        """The dev metric (ir-measures) of re-ranking ``data``'s candidates with the current weights.
+
+        Args:
+            data: the dev data.
+
+        Returns:
+            The aggregate of ``dev_metric``.
+        """
         run = rerank_candidates(self.reranker, data, self.config.dev_depth)
         return evaluate(run, data.qrels_list(), self.config.dev_metric).aggregate[self.config.dev_metric]
