@@ -7,7 +7,17 @@ from typing import Hashable
 
 
 class LRUCache:
-    """A bounded mapping that forgets the least recently used entry first (``maxsize`` 0 keeps nothing)."""
+    """A bounded mapping that forgets the least recently used entry first (``maxsize`` 0 keeps nothing).
+
+    Args:
+        maxsize: the most entries kept.
+
+    Example:
+        >>> cache = LRUCache(1)
+        >>> cache.put("a", 1); cache.put("b", 2)
+        >>> cache.get("a"), cache.get("b"), (cache.hits, cache.misses)
+        (None, 2, (1, 1))
+    """
 
     def __init__(self, maxsize: int):
         self.maxsize = maxsize
@@ -16,7 +26,15 @@ class LRUCache:
         self.misses = 0
 
     def get(self, key: Hashable, default=None):
-        """The value of ``key`` (now the most recently used), or ``default``."""
+        """The value of ``key``, now the most recently used.
+
+        Args:
+            key: the key.
+            default: what a missing key gives.
+
+        Returns:
+            The value, or ``default``.
+        """
         try:
             value = self._data[key]
         except KeyError:
@@ -27,7 +45,12 @@ class LRUCache:
         return value
 
     def put(self, key: Hashable, value) -> None:
-        """Keep ``value`` under ``key``, forgetting the least recently used entries beyond ``maxsize``."""
+        """Keep ``value`` under ``key``, forgetting the least recently used entries beyond ``maxsize``.
+
+        Args:
+            key: the key.
+            value: the value.
+        """
         if self.maxsize <= 0:
             return
         self._data[key] = value

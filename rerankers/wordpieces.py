@@ -24,6 +24,12 @@ class SpecialTokens:
     Probed once from the tokenizer's own output for the texts ``"a"`` and ``"b"`` (transformers 5 no longer
     offers ``build_inputs_with_special_tokens``), so ids cached without special tokens can be wrapped
     without tokenizing again.
+
+    Args:
+        tokenizer: a ``transformers`` tokenizer.
+
+    Raises:
+        PipelineError: the tokenizer's output does not contain the probe texts' ids.
     """
 
     def __init__(self, tokenizer):
@@ -46,24 +52,60 @@ class SpecialTokens:
         return len(self.single_prefix)
 
     def single(self, ids: list[int]) -> list[int]:
+        """Ids of one text with its special tokens.
+
+        Args:
+            ids: the text's word-piece ids, without special tokens.
+
+        Returns:
+            The input ids (``[CLS] ids [SEP]`` for BERT).
+        """
         return [*self.single_prefix, *ids, *self.single_suffix]
 
     def pair(self, first: list[int], second: list[int]) -> tuple[list[int], list[int]]:
-        """Ids and token-type ids of ``first`` and ``second`` as one input."""
+        """Ids and token-type ids of ``first`` and ``second`` as one input.
+
+        Args:
+            first: the first text's word-piece ids, without special tokens.
+            second: the second text's.
+
+        Returns:
+            ``(ids, token_type_ids)`` (``[CLS] first [SEP] second [SEP]`` for BERT).
+        """
         prefix_t, first_t, middle_t, second_t, suffix_t = self.pair_types
         ids = [*self.pair_prefix, *first, *self.pair_middle, *second, *self.pair_suffix]
         types = [*prefix_t, *([first_t] * len(first)), *middle_t, *([second_t] * len(second)), *suffix_t]
         return ids, types
 
     def extra(self, pair: bool) -> int:
-        """Special tokens added to one text (``pair=False``) or to a pair."""
+        """How many special tokens are added to one text or to a pair.
+
+        Args:
+            pair: count those of a pair instead of one text.
+
+        Returns:
+            The number of special tokens.
+        """
         if pair:
             return len(self.pair_prefix) + len(self.pair_middle) + len(self.pair_suffix)
         return len(self.single_prefix) + len(self.single_suffix)
 
 
 def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int):
-    """Right-pad id lists into ``(ids [N, L] long, mask [N, L] bool)`` (True = real token)."""
+    """Right-pad id lists into one tensor.
+
+    Args:
+        sequences: id lists.
+        pad_id: the tokenizer's padding id.
+
+    Returns:
+        ``(ids [N, L] long, mask [N, L] bool)`` (True = real token; ``L`` at least 1).
+
+    Example:
+        >>> ids, mask = pad_ids([[5, 6], [7]], 0)
+        >>> ids.tolist(), mask.tolist()
+        ([[5, 6], [7, 0]], [[True, True], [True, False]])
+    """
     import torch
 
     width = max(1, max(map(len, sequences)))
@@ -76,7 +118,18 @@ def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int):
 
 
 def unique_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
-    """Distinct keys of a batch (the two-tower models encode each text once): ``(first occurrence of each distinct key, index of each key's distinct row)``."""
+    """Distinct keys of a batch (the two-tower models encode each text once).
+
+    Args:
+        keys: one key per pair.
+
+    Returns:
+        ``(firsts, index)``: the first position of each distinct key, and each key's distinct row.
+
+    Example:
+        >>> unique_rows(["q1", "q2", "q1"])
+        ([0, 1], [0, 1, 0])
+    """
     rows: dict[Hashable, int] = {}
     firsts, index = [], []
     for position, key in enumerate(keys):
@@ -88,6 +141,13 @@ def unique_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """A short digest of the tokenizer's vocabulary (a checkpoint must be read with the same one)."""
+    """A short digest of the tokenizer's vocabulary (a checkpoint must be read with the same one).
+
+    Args:
+        tokenizer: a ``transformers`` tokenizer.
+
+    Returns:
+        16 hex digits.
+    """
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     return hashlib.sha1(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]

@@ -82,7 +82,8 @@ class SemanticMatching(nn.Module):
     def forward(
         self, u_q: torch.Tensor, u_c: torch.Tensor, q_mask: torch.Tensor, d_mask: torch.Tensor
     ) -> torch.Tensor:
-        """
+        """The semantic matching vector ``O_SM`` of one encoder layer.
+
         Args:
             u_q: ``[B, Lq, F]``.
             u_c: ``[B, Ld, F]``.

@@ -50,6 +50,19 @@ class MAGCell(nn.Module):
         ``similarity`` is ``S`` (eq. 3) oriented ``[B, n, m]`` (own positions by ``other`` positions);
         ``other_mask`` ``[B, m]`` marks the counterpart's real positions. With ``own_mask`` ``[B, n]``, the
         position-wise part (eq. 5-13) runs on real own positions only and padded rows are zeros.
+
+        Args:
+            own: ``[B, n, d]`` states of this text.
+            other: ``[B, m, d]`` states of the counterpart.
+            other_mask: ``[B, m]`` bool, the counterpart's real positions.
+            similarity: ``S`` ``[B, n, m]``.
+            own_mask: ``[B, n]`` bool, this text's real positions (``None``: all).
+
+        Returns:
+            ``[B, n, d]`` features.
+
+        Raises:
+            ValueError: the counterpart has more positions than the gates have rows.
         """
         columns = similarity.shape[-1]
         if columns > self.positions:

@@ -40,7 +40,15 @@ class DeepEncoder(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """``[B, L, E]``, ``[B, L]`` -> N tensors ``[B, L, F]`` (zeros at padding)."""
+        """Every layer's phrase vectors.
+
+        Args:
+            x: ``[B, L, E]`` embeddings.
+            mask: ``[B, L]`` bool, True on real tokens.
+
+        Returns:
+            N tensors ``[B, L, F]`` (zeros at padding).
+        """
         outputs = []
         for conv in self.convs:
             # The released code feeds the dropped-out tensor both to the next
@@ -71,7 +79,15 @@ class WideEncoder(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """``[B, L, E]``, ``[B, L]`` -> N tensors ``[B, L, F]`` (zeros at padding)."""
+        """Every CNN's phrase vectors.
+
+        Args:
+            x: ``[B, L, E]`` embeddings.
+            mask: ``[B, L]`` bool, True on real tokens.
+
+        Returns:
+            N tensors ``[B, L, F]`` (zeros at padding).
+        """
         return [self.dropout(conv(x, mask)) for conv in self.convs]
 
 
@@ -96,7 +112,15 @@ class ContextualEncoder(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """``[B, L, E]``, ``[B, L]`` -> N tensors ``[B, L, F]`` (zeros at padding)."""
+        """Every BiLSTM layer's outputs.
+
+        Args:
+            x: ``[B, L, E]`` embeddings.
+            mask: ``[B, L]`` bool, True on real tokens.
+
+        Returns:
+            N tensors ``[B, L, F]`` (zeros at padding).
+        """
         outputs = []
         for lstm in self.lstms:
             x, _ = lstm(x, mask)

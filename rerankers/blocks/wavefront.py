@@ -24,6 +24,12 @@ def skew(inputs: torch.Tensor) -> torch.Tensor:
     Only the small input is skewed (``C`` channels), never its ``8d``-wide projection. Padding every row with
     ``M`` zeros in front makes row ``i``'s cell ``(i, k - i)`` sit at flat offset ``i * (M + N - 1) + k + M``,
     so the skewed grid is one strided view of the padded one and one copy.
+
+    Args:
+        inputs: ``[B, M, N, C]``.
+
+    Returns:
+        ``[M + N - 1, B, M, C]``.
     """
     batch, rows, cols, channels = inputs.shape
     width = rows + cols
@@ -35,7 +41,20 @@ def skew(inputs: torch.Tensor) -> torch.Tensor:
 
 
 def active_slots(diagonal: int, rows: int, cols: int) -> tuple[int, int]:
-    """The rows ``i`` whose cell ``(i, diagonal - i)`` lies on the grid: ``range(first, last)``."""
+    """The rows ``i`` whose cell ``(i, diagonal - i)`` lies on the grid.
+
+    Args:
+        diagonal: the anti-diagonal ``k``.
+        rows: the grid's ``M``.
+        cols: the grid's ``N``.
+
+    Returns:
+        ``(first, last)``: the rows are ``range(first, last)``.
+
+    Example:
+        >>> active_slots(3, rows=2, cols=3)
+        (1, 2)
+    """
     return max(0, diagonal - cols + 1), min(rows, diagonal + 1)
 
 
@@ -130,7 +149,8 @@ class GridRecurrence(nn.Module):
         return history[2:] if keep else []
 
     def forward(self, inputs: torch.Tensor, return_gates: bool = False):
-        """
+        """The recursion's state at every cell, computed anti-diagonal by anti-diagonal.
+
         Args:
             inputs: ``[B, M, N, C]``, the interaction vectors ``s_ij``.
             return_gates: also return the update gates (for backtracking a matching path, Sec. 5.2/6.2).
