@@ -11,8 +11,8 @@ Two commands::
     python benchmarks/beyond_zero_shot.py build
 
 ``measure`` scores every query a rule needs once per seed (a zero-shot model once for all seeds), then applies,
-fold by fold, the old rule (:func:`pipeline.fusion.tune_weight` on the dev queries: the best weight, whatever
-its gain) and the safe rule of ``--interpolate auto`` (:func:`pipeline.fusion.choose_weight` on the fold's
+fold by fold, the old rule (:func:`pipeline.engine.fusion.tune_weight` on the dev queries: the best weight, whatever
+its gain) and the safe rule of ``--interpolate auto`` (:func:`pipeline.engine.fusion.choose_weight` on the fold's
 tuning queries: the tuned weight only when its cross-validated gain over the first stage is significant,
 else the first stage), and evaluates both on the test queries exactly as ``reproduce.py`` does (paired
 t-test against the first stage, Holm-corrected over the rows alone / combined). Its JSON has

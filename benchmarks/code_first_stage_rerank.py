@@ -16,7 +16,7 @@ and built, encoder training included, when missing).
 Reported per dataset and first stage: nDCG@10 and R@100 of the first stage alone, nDCG@10 and AP after
 re-ranking, the p-value of a paired t-test of the re-ranked nDCG@10 against BM25 + the same re-ranker, and
 the re-ranking time. ``--interpolate W|auto`` adds the re-ranker interpolated with the first stage
-(:mod:`pipeline.fusion`, as ``pipeline.run --interpolate``): ``auto`` tunes the weight on the re-ranker's own
+(:mod:`pipeline.engine.fusion`, as ``pipeline.run --interpolate``): ``auto`` tunes the weight on the re-ranker's own
 early-stopping queries (``nfcorpus-dev``'s held-out 15%, BM25 candidates, nDCG@10) and applies that one
 weight to every first stage and dataset (the code first stages have no index of the training pool: an
 index of it would be built by an encoder trained on those very queries). ``--rerank-depth D`` re-scores only each first stage's top D (the rest keep their
@@ -52,7 +52,7 @@ TUNING_MEASURE = "nDCG@10"
 
 def training_split(dataset, seed: int) -> tuple[list[str], list[str]]:
     """``(train, dev)`` query ids of ``TRAIN_DATASET``: its judged queries, 15% held out for early stopping."""
-    from pipeline.protocols import hold_out
+    from pipeline.engine.protocols import hold_out
 
     judged = sorted({q.query_id for q in dataset.qrels} & set(dataset.queries))
     return hold_out(judged, 0.15, seed)
@@ -60,8 +60,8 @@ def training_split(dataset, seed: int) -> tuple[list[str], list[str]]:
 
 def train_reranker(args):
     """The re-ranker trained on ``TRAIN_DATASET`` (loaded from the model cache when already trained)."""
-    from pipeline.protocols import Fold
-    from pipeline.model_cache import checkpoint_path, train_fold
+    from pipeline.engine.protocols import Fold
+    from pipeline.engine.model_cache import checkpoint_path, train_fold
     from pipeline.core.options import parse_overrides
     from rerankers import reranker_class
 
@@ -83,8 +83,8 @@ def train_reranker(args):
 def tuned_weight(reranker, args) -> tuple[float, str]:
     """The interpolation weight of the best dev nDCG@10 over the re-ranker's early-stopping queries
     (BM25 top ``--k``, top ``--rerank-depth`` re-ranked), and a line describing the choice."""
-    from pipeline import fusion
-    from pipeline.stages import head, rerank
+    from pipeline.engine import fusion
+    from pipeline.engine.stages import head, rerank
 
     dataset = load_dataset(TRAIN_DATASET)
     _, dev = training_split(dataset, args.seed)
@@ -107,8 +107,8 @@ def first_stage(kind: str, dataset, args):
 
 
 def benchmark(name: str, reranker, args, weight: float | None = None) -> list[str]:
-    from pipeline.fusion import interpolate
-    from pipeline.stages import append_tail, head, rerank
+    from pipeline.engine.fusion import interpolate
+    from pipeline.engine.stages import append_tail, head, rerank
 
     dataset = load_dataset(name)
     queries = list(dataset.queries.values())[:args.max_queries or None]

@@ -83,9 +83,9 @@ def lucene_part(name: str, rounds: int) -> dict:
 
 def headline_model(home: Path):
     """The headline's HCAN, prepared on its training queries, saved as its checkpoint; and the dataset."""
-    from pipeline.model_cache import training_plan
+    from pipeline.engine.model_cache import training_plan
     from pipeline.run import parse_config
-    from pipeline.fitting import untrained_reranker
+    from pipeline.engine.fitting import untrained_reranker
     from rerankers import reranker_class
     from rerankers.training.data import RankingData
 

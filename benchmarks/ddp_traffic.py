@@ -39,7 +39,7 @@ def worker(args) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from pipeline.core.datasets import load_dataset
-    from pipeline.protocols import make_protocol
+    from pipeline.engine.protocols import make_protocol
     from rerankers import reranker_class
     from infra import distributed
     from rerankers.training.data import RankingData

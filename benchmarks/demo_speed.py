@@ -101,7 +101,7 @@ def measure_scoring(rounds: int, count: int) -> dict:
 
 def former_idf_build(docs, phrases, max_n):
     """``IDFStatistics.build`` as it was before issue 37 (every n-gram of every document), for comparison."""
-    from pipeline.core.text import IDFStatistics, ngrams
+    from pipeline.core.vocabulary import IDFStatistics, ngrams
 
     wanted = {tuple(p) for p in phrases if 2 <= len(p) <= max_n}
     lengths = sorted({len(p) for p in wanted})
@@ -118,7 +118,7 @@ def former_idf_build(docs, phrases, max_n):
 def measure_idf(rounds: int) -> dict:
     """Seconds of the former and the current IDF build over Microblog, alternating."""
     from pipeline.core.datasets import load_dataset
-    from pipeline.core.text import IDFStatistics, ngrams, tokenize
+    from pipeline.core.vocabulary import IDFStatistics, ngrams, tokenize
 
     dataset = load_dataset("microblog")
     docs = [tokenize(d.text) for d in dataset.docs_iter()]

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.run import build_parser  # noqa: E402
 from rerankers.training.data import RankingData  # noqa: E402
-from pipeline.model_cache import obtain_reranker
+from pipeline.engine.model_cache import obtain_reranker
 from rerankers.iasm import matrix_variance_drop  # noqa: E402
 
 

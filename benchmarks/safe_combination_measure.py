@@ -21,14 +21,14 @@ def measure(args: argparse.Namespace) -> dict:
     """Old and safe combination of one re-ranker on one collection over ``args.seeds``: the result dict."""
     import torch
 
-    from pipeline import fusion
-    from pipeline.config import RunConfig
+    from pipeline.engine import fusion
+    from pipeline.engine.config import RunConfig
     from pipeline.core import evaluation
     from pipeline.core.datasets import load_dataset
     from pipeline.core.runtime import seed_everything
-    from pipeline.model_cache import trained_reranker
-    from pipeline.plan import plan_run
-    from pipeline.stages import rerank, retrieve
+    from pipeline.engine.model_cache import trained_reranker
+    from pipeline.engine.plan import plan_run
+    from pipeline.engine.stages import rerank, retrieve
 
     if args.threads:
         os.environ["PIPELINE_THREADS"] = str(args.threads)
@@ -137,7 +137,7 @@ def measure(args: argparse.Namespace) -> dict:
 def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_out: dict, partial: str = "",
                per_query: dict | None = None) -> dict:
     """The result file's content (``partial`` says how far a measurement still running has got)."""
-    from pipeline import fusion
+    from pipeline.engine import fusion
 
     given = bool(args.model)
     with open("/proc/loadavg") as handle:
@@ -147,8 +147,8 @@ def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_
             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
             "loadavg_at_end": " ".join(load), "dataset": args.dataset, "split": args.split,
             "reranker": args.reranker, "model": args.model, "metric": plan.main_metric,
-            "rules": {"old": "pipeline.fusion.tune_weight on each fold's dev queries (best mean, any gain)",
-                      "safe": f"pipeline.fusion.choose_weight on each fold's tuning queries "
+            "rules": {"old": "pipeline.engine.fusion.tune_weight on each fold's dev queries (best mean, any gain)",
+                      "safe": f"pipeline.engine.fusion.choose_weight on each fold's tuning queries "
                               f"({'train + dev: a given checkpoint saw none' if given else 'dev'}), level "
                               f"{fusion.SAFE_LEVEL}, fallback w=1",
                       **({"safe-dev": "choose_weight on the dev queries only (to separate the two changes)"}

@@ -51,7 +51,7 @@ import torch  # noqa: E402
 from common import publish  # noqa: E402
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.core.runtime import keep_freed_memory, native_bf16  # noqa: E402
-from pipeline.stages import rerank, retrieve  # noqa: E402
+from pipeline.engine.stages import rerank, retrieve  # noqa: E402
 from rerankers.training.data import RankingData  # noqa: E402
 from rerankers import reranker_class  # noqa: E402
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.core.datasets import load_dataset  # noqa: E402
 from pipeline.run import build_parser  # noqa: E402
-from pipeline.model_cache import obtain_reranker  # noqa: E402
+from pipeline.engine.model_cache import obtain_reranker  # noqa: E402
 from pipeline.core.runtime import set_threads
 from reproduce import render_table, write_outputs  # noqa: E402  (benchmarks/ is this script's folder)
 

@@ -42,7 +42,7 @@ from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.home import index_root
 from pipeline.core.locks import build_once
-from pipeline.core.names import safe_name
+from pipeline.core.filenames import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 

@@ -11,7 +11,7 @@ Each first stage returns its top ``depth`` documents; the fused list ranks their
 * ``rrf``: reciprocal rank fusion, ``sum over lists of 1 / (rrf_k + rank)`` (ranks from 1, ``rrf_k`` 60 as
   Cormack et al. 2009); a list that misses the document adds nothing. No weight, nothing tuned.
 
-The interpolation weight is tuned like ``--interpolate auto`` (:mod:`pipeline.fusion`): on held-out judged
+The interpolation weight is tuned like ``--interpolate auto`` (:mod:`pipeline.engine.fusion`): on held-out judged
 queries, never on the query it is applied to. The tuning queries are the dataset's ``dev`` splits (``dev`` or
 ``*-dev``), else its ``train`` split, else every judged query of the dataset; the weight of a query outside
 them is the one tuned on all of them, and a query among them (Cranfield, Vaswani, NFCorpus and TREC DL have
@@ -40,7 +40,7 @@ from .options import BM25Options, FirstStageOptions, FirstStageSettings
 log = logging.getLogger(__name__)
 
 FUSIONS = ("interpolate", "rrf")
-#: interpolation weights tried when tuning: 0, 0.05, ..., 1 (as pipeline.fusion.DEFAULT_GRID)
+#: interpolation weights tried when tuning: 0, 0.05, ..., 1 (as pipeline.engine.fusion.DEFAULT_GRID)
 GRID = tuple(round(i * 0.05, 2) for i in range(21))
 
 

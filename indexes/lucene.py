@@ -29,7 +29,7 @@ from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core import filecheck
 from pipeline.core.home import index_root as home_index_root
 from pipeline.core.locks import build_once
-from pipeline.core.names import safe_name
+from pipeline.core.filenames import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.plugins import Registry
-from pipeline.core.trec import read_run
+from pipeline.core.formats import read_run
 
 from .base import BM25Settings, Retriever, RunRetriever
 from .options import FirstStageSettings, NoOptions, stage_options

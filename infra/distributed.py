@@ -17,7 +17,7 @@ rank 0's weights). With dropout, 2 processes therefore do not reproduce 1 proces
 they do, within float rounding (docs/distributed.md, tests/test_distributed.py).
 
 Dev evaluation, early stopping, checkpoints and training states are rank 0's; its decisions are broadcast.
-Scoring (``pipeline.stages.rerank``) deals the chunks of queries to the ranks and gathers their scores, each
+Scoring (``pipeline.engine.stages.rerank``) deals the chunks of queries to the ranks and gathers their scores, each
 chunk scored as one process would score it, so the run file is byte-identical.
 
 Waiting: some phases run on rank 0 alone while the others wait in a collective (training the code encoder,

@@ -167,7 +167,7 @@ class Reranker:
                     raise ConfigError(f"{loaded.name}: int8 applies to the transformer re-rankers only")
             from types import SimpleNamespace
 
-            from .stages import set_scoring_arithmetic  # the one place a precision is applied to a model
+            from .engine.stages import set_scoring_arithmetic  # the one place a precision is applied to a model
 
             set_scoring_arithmetic(loaded, SimpleNamespace(precision=precision, bf16=False, int8=False))
         return cls(loaded, batch_size=options.get("batch_size"))
@@ -232,7 +232,7 @@ class Reranker:
 
 def load_model(name_or_path: str, model: str | None = None) -> Any:
     """The project's re-ranker object :meth:`Reranker.load` wraps, obtained by
-    :func:`pipeline.obtain.obtain_model` (the one way every command gets its model).
+    :func:`pipeline.engine.obtain.obtain_model` (the one way every command gets its model).
 
     Args:
         name_or_path: a registered re-ranker name, a checkpoint file, or a model directory.
@@ -248,7 +248,7 @@ def load_model(name_or_path: str, model: str | None = None) -> Any:
     from rerankers import REGISTRY
 
     from .core.suggest import unknown_name
-    from .obtain import obtain_model
+    from .engine.obtain import obtain_model
 
     if name_or_path in REGISTRY:
         return obtain_model(name_or_path, model).reranker

@@ -10,7 +10,7 @@ Command line::
 The seed papers evaluate their models on sentence-pair tasks too (paraphrase identification, answer
 selection as classification), with accuracy and F1. Here the data is the pair format (one folder per split
 of line-aligned ``a.toks b.toks id.txt sim.txt``; a label > 0 is the positive class). The model is the one
-``python -m pipeline.run`` would use (:func:`pipeline.obtain.obtain_model`: trained on the protocol's
+``python -m pipeline.run`` would use (:func:`pipeline.engine.obtain.obtain_model`: trained on the protocol's
 training queries with the dataset's recipe and cached, or ``--model CHECKPOINT``). Its score of every pair of
 the protocol's dev queries chooses the decision threshold (the one maximising F1, ties to accuracy; and,
 reported beside it, the one maximising accuracy); the test split's pairs are then classified with those
@@ -41,20 +41,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .cli_options import OptionParser, add_config_arguments
-from .config import RunConfig
+from .engine.cli_options import OptionParser, add_config_arguments
+from .engine.config import RunConfig
 from .core.atomic import write_text
 from .core.datasets import Dataset, load_dataset
 from .core.errors import ConfigError
 from .core.runtime import seed_everything, set_threads
-from .model_cache import TrainingPlan, training_plan
-from .obtain import obtain_model
+from .engine.model_cache import TrainingPlan, training_plan
+from .engine.obtain import obtain_model
 # the metrics and the pairs have modules of their own; imported from here too (one import path for scripts)
-from .pair_data import PairSet, check_pair_data, labelled_pairs, score_pairs  # noqa: F401
-from .pair_metrics import (THRESHOLD_METRICS, candidate_thresholds, classification_metrics, confusion,  # noqa: F401
+from .engine.pair_data import PairSet, check_pair_data, labelled_pairs, score_pairs  # noqa: F401
+from .engine.pair_metrics import (THRESHOLD_METRICS, candidate_thresholds, classification_metrics, confusion,  # noqa: F401
                            markdown, mean_sd, roc_auc, summarise, tune_threshold)
-from .protocols import Fold, make_protocol
-from .resolve import model_options, run_split
+from .engine.protocols import Fold, make_protocol
+from .engine.resolve import model_options, run_split
 from .shell import run_command
 
 log = logging.getLogger("pipeline.classify")

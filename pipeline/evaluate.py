@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .cli_options import OptionParser
+from .engine.cli_options import OptionParser
 from .core.datasets import load_dataset, select_queries
 from .core.errors import ConfigError
 from .core.evaluation import DEFAULT_MEASURES, compare, parse_measures, run_labels, run_name, save_report

@@ -26,13 +26,13 @@ from typing import Sequence
 
 from rerankers import reranker_class
 
-from .config import RunConfig
-from .context import FirstStageContext
+from .engine.config import RunConfig
+from .engine.context import FirstStageContext
 from .core.datasets import load_dataset
 from .core.errors import ConfigError
 from .core.runtime import seed_everything, set_threads
-from .model_cache import training_plan
-from .obtain import checkpoint_name, obtain_model
+from .engine.model_cache import training_plan
+from .engine.obtain import checkpoint_name, obtain_model
 from .run import KEPT_ON_INTERRUPT, build_parser
 from .shell import run_command
 from .train import RUN_ONLY

@@ -30,12 +30,12 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .cli_options import OptionParser
+from .engine.cli_options import OptionParser
 from .core.errors import ConfigError
 from .core.records import Qrel, Run, ScoredDoc, ranked
 from .core.formats import read_qrels, read_run, write_run
 from .core.textio import iter_lines
-from .fusion import DEFAULT_GRID, weighted_sum
+from .engine.fusion import DEFAULT_GRID, weighted_sum
 from .shell import run_command
 
 log = logging.getLogger("pipeline.fuse")
@@ -78,7 +78,7 @@ def rrf(runs: Sequence[Run], k: float = DEFAULT_RRF_K) -> Run:
 
 def interpolate(runs: Sequence[Run], weights: Sequence[float]) -> Run:
     """Min-max interpolation of ``runs``: per query, ``sum_i weights[i] * minmax(run_i)(d)`` over the union
-    of the documents (0 for a document a run lacks), as :func:`pipeline.fusion.weighted_sum`.
+    of the documents (0 for a document a run lacks), as :func:`pipeline.engine.fusion.weighted_sum`.
 
     Args:
         runs: two or more runs; a query may be missing from some.

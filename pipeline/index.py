@@ -22,7 +22,7 @@ from typing import Sequence
 from indexes.codes import CodeOptions
 from infra import distributed
 
-from .cli_options import OptionParser, add_config_arguments
+from .engine.cli_options import OptionParser, add_config_arguments
 from .core.datasets import load_dataset
 from .shell import run_command
 

@@ -14,7 +14,7 @@ Every re-ranker of the registry and every first stage can be used in PyTerrier p
 * :class:`RerankerTransformer` takes a result frame (``qid``, ``query``, ``docno``, the text column; ``score``
   and ``rank`` optional), replaces ``score`` by the re-ranker's and recomputes ``rank`` (0-based, PyTerrier's
   convention; ties by ``docno``, as this project's run writers order them). Scoring goes through
-  :func:`pipeline.stages.rerank`: pairs of many queries fill each batch (``score_many``), and non-finite
+  :func:`pipeline.engine.stages.rerank`: pairs of many queries fill each batch (``score_many``), and non-finite
   scores are an error, as in ``python -m pipeline.run``.
 * :class:`FirstStageTransformer` takes a query frame (``qid``, ``query``) and returns each query's top ``k``.
 * :class:`TextLoader` adds the text column from a dataset's documents: a first stage gives only ``docno``.
@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 from indexes import make_first_stage
 from rerankers import reranker_class
 
-from .config import RunConfig
+from .engine.config import RunConfig
 from .core.datasets import Dataset, load_dataset, select_queries
 from .core.errors import ConfigError
 from .core.runtime import seed_everything, set_threads
-from .model_cache import training_plan
-from .obtain import obtain_model
-from .resolve import check_scoring_arithmetic, model_options
+from .engine.model_cache import training_plan
+from .engine.obtain import obtain_model
+from .engine.resolve import check_scoring_arithmetic, model_options
 # the transformers' logic has a module of its own; this module is their public path
 from .pyterrier_transformers import (INSTALL_HINT, FRAME_NAME, MissingColumnError, PyTerrierMissing,  # noqa: F401
                                      _IMPLEMENTATIONS, _FirstStageTransformer, _RerankerTransformer, _TextLoader,
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:  # only for annotations: pandas comes with PyTerrier, which is optional
     import pandas as pd
 
-#: the run options :func:`first_stage` accepts (the Lucene ones of :class:`~pipeline.config.RunConfig`)
+#: the run options :func:`first_stage` accepts (the Lucene ones of :class:`~pipeline.engine.config.RunConfig`)
 FIRST_STAGE_OPTIONS = ("k1", "b", "fb_terms", "fb_docs", "rm3_weight", "stemmer", "keep_stopwords", "mirror")
 
 
@@ -101,16 +101,16 @@ def reranker(name: str, dataset: str | Dataset | None = None, text_field: str = 
     """A :class:`RerankerTransformer` of re-ranker ``name``, obtained as ``python -m pipeline.run --reranker
     NAME --dataset DATASET`` obtains it: with ``model=PATH_OR_NAME`` that checkpoint (or, for the bi-encoder,
     a pre-trained sentence encoder used zero-shot, e.g. ``model="all-MiniLM-L6-v2"``); otherwise the cached
-    models of the dataset's protocol, trained now when missing (:func:`pipeline.obtain.obtain_model`).
+    models of the dataset's protocol, trained now when missing (:func:`pipeline.engine.obtain.obtain_model`).
 
-    Without ``dataset``, nothing is trained: ``model=`` is loaded as :func:`pipeline.obtain.obtain_model` loads it (a
+    Without ``dataset``, nothing is trained: ``model=`` is loaded as :func:`pipeline.engine.obtain.obtain_model` loads it (a
     checkpoint, an export directory, a Hugging Face cross-encoder directory or hub id, a sentence encoder for
     the bi-encoder, whose default is the packaged all-MiniLM-L6-v2), e.g.
     ``ptx.reranker("cross-encoder", model="cross-encoder-dir")``; only ``model``, ``batch_size``, ``int8``,
     ``bf16``, ``precision``, ``threads`` and ``seed`` apply then. ``batch_size``: scoring batch in pairs; ``verbose``: a
     progress bar while scoring.
 
-    ``options`` are :class:`~pipeline.config.RunConfig` fields (``seed``, ``folds``, ``split``, ``k``,
+    ``options`` are :class:`~pipeline.engine.config.RunConfig` fields (``seed``, ``folds``, ``split``, ``k``,
     ``first_stage``, ``threads``, ``batch_size``, ``int8``, ``bf16``, ``precision`` (``auto``: bf16 where it is
     native, as ``--precision``), ``overrides`` as ``("epochs=3", ...)`` or
     ``{"epochs": 3}``, ...). On a k-fold dataset (Cranfield, Vaswani, NFCorpus) each query is scored by the

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Doc, Query, ScoredDoc
-from .stages import rerank
+from .engine.stages import rerank
 
 # the transformers' public module and logger: users import and configure them as pipeline.pyterrier's
 PUBLIC_MODULE = "pipeline.pyterrier"
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # only for annotations: pandas comes with PyTerrier, which is
 INSTALL_HINT = ("PyTerrier is not installed: pip install 'neural-rerank-pipeline[pyterrier]' "
                 "(in a clone: pip install -e '.[pyterrier]'; it requires pyterrier>=1.1.2,<2)")
 
-#: the name of the frame a re-ranker scores, in its error messages (see :func:`pipeline.stages.rerank`)
+#: the name of the frame a re-ranker scores, in its error messages (see :func:`pipeline.engine.stages.rerank`)
 FRAME_NAME = "the PyTerrier frame"
 
 

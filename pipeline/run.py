@@ -6,9 +6,9 @@ Command line::
     python -m pipeline.run --dataset cranfield --reranker none
     python -m pipeline.run --dataset microblog --split 2013 --first-stage shipped --metrics "AP P@30"
 
-From Python, with a typed config (every flag is a field of :class:`~pipeline.config.RunConfig`)::
+From Python, with a typed config (every flag is a field of :class:`~pipeline.engine.config.RunConfig`)::
 
-    from pipeline.config import RunConfig
+    from pipeline.engine.config import RunConfig
     from pipeline.run import run_pipeline
     result = run_pipeline(RunConfig(dataset="cranfield", first_stage="bm25+rm3", k=1000))
     print(result.run_path, result.comparison.markdown())
@@ -36,11 +36,11 @@ from typing import Sequence
 
 from infra import distributed
 
-from . import fusion
-from .cli_options import OptionParser, add_config_arguments
-from .config import RunConfig
-from .context import FirstStageContext
-from .config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
+from .engine import fusion
+from .engine.cli_options import OptionParser, add_config_arguments
+from .engine.config import RunConfig
+from .engine.context import FirstStageContext
+from .engine.config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
 from .core import evaluation
 from .core.datasets import load_dataset
 from .core.errors import ConfigError
@@ -48,12 +48,12 @@ from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluat
 from .core.records import Run
 from .core.runtime import seed_everything
 from .core.formats import write_run
-from .obtain import obtain_model
-from .naming import default_run_name, first_stage_label
-from .plan import plan_run
-from .resolve import check_given_options
+from .engine.obtain import obtain_model
+from .engine.naming import default_run_name, first_stage_label
+from .engine.plan import plan_run
+from .engine.resolve import check_given_options
 from .shell import run_command
-from .stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic  # noqa: F401 (retrieve: p.retrieve)
+from .engine.stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic  # noqa: F401 (retrieve: p.retrieve)
 
 log = logging.getLogger("pipeline.run")
 

@@ -7,8 +7,8 @@ Command line::
 
 Takes the flags of ``pipeline.run`` that decide the models (not ``--rerank-depth --metrics --output-dir
 --name --model --interpolate --batch-size --int8 --bf16 --precision``) and trains exactly what ``pipeline.run`` would (the same
-:func:`pipeline.model_cache.fold_models`): one model per fold of the protocol (see
-:func:`pipeline.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
+:func:`pipeline.engine.model_cache.fold_models`): one model per fold of the protocol (see
+:func:`pipeline.engine.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
 ``pipeline.run`` will look for it (same options, seed, first stage and depth give the same cache key). It
 prints one line per fold with the dev score. A fold whose checkpoint exists is skipped unless ``--retrain``.
 
@@ -23,10 +23,10 @@ from typing import Sequence
 
 from infra import distributed
 
-from .config import RunConfig
+from .engine.config import RunConfig
 from .core.datasets import load_dataset
 from .core.runtime import seed_everything, set_threads
-from .model_cache import FoldModel, fold_models, training_plan
+from .engine.model_cache import FoldModel, fold_models, training_plan
 from .run import KEPT_ON_INTERRUPT, build_parser, parse_config
 from .shell import run_command
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .cli_options import OptionParser
+from .engine.cli_options import OptionParser
 from .core.errors import PipelineError
 from .core.home import index_root, model_root
 from .shell import run_command

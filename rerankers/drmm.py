@@ -124,7 +124,7 @@ class DRMMReranker(WordReranker):
     """``--reranker drmm``: :class:`DRMMModel` with the collection's IDF for term gating, pairwise hinge loss.
 
     IDF comes from the document frequencies of the collection the model is prepared on
-    (:class:`pipeline.core.text.IDFStatistics`), as the paper computes it on its test collections.
+    (:class:`pipeline.core.vocabulary.IDFStatistics`), as the paper computes it on its test collections.
     """
 
     name: ClassVar[str] = "drmm"

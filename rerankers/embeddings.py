@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from pipeline.core.errors import DataFormatError, PipelineError
-from pipeline.core.text import PAD_ID, Vocabulary
+from pipeline.core.vocabulary import PAD_ID, Vocabulary
 from pipeline.core.textio import iter_lines
 
 log = logging.getLogger(__name__)

@@ -356,7 +356,7 @@ class HCANReranker(WordReranker):
     """``--reranker hcan``: :class:`HCANModel` with the project's tokenizer, vocabulary, IDF and trainer.
 
     ``query_idf`` rows come from the collection's document frequencies
-    (:class:`pipeline.core.text.IDFStatistics`) of the phrase each level represents
+    (:class:`pipeline.core.vocabulary.IDFStatistics`) of the phrase each level represents
     (:func:`hcan_query_phrases`); the paper computes IDF "from the training corpus" (Sec. 3.2), and the
     collection the model is prepared on is that corpus here. Training is pointwise (binary cross-entropy on
     the logit, = the paper's two-class NLL of Sec. 2.4). Differences from Sec. 3.2, chosen for a 2-core CPU

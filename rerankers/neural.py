@@ -5,7 +5,7 @@ dataclass (``model_config_class``), ``build_module(embedding_weights)`` returnin
 ``forward(query_ids, query_mask, doc_ids, doc_mask, **features)`` gives one score per pair, and, if the
 model needs more than token ids, ``features(query_tokens, query_length)``.
 
-This class does the rest, the same way for every model: tokenization (:mod:`pipeline.core.text`), the
+This class does the rest, the same way for every model: tokenization (:mod:`pipeline.core.vocabulary`), the
 vocabulary and IDF statistics of the collection, embeddings (:mod:`rerankers.embeddings`), padding and
 masks, batching, training (:class:`rerankers.training.loop.Trainer`), scoring and checkpoints.
 
@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from pipeline.core.errors import CheckpointError, ConfigError, PipelineError
 from pipeline.core.records import Doc, Query
-from pipeline.core.text import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
+from pipeline.core.vocabulary import PAD_ID, IDFStatistics, Vocabulary, ngrams, tokenize
 
 from infra.checkpoints import load_checkpoint, project_version, save_checkpoint
 from .embeddings import load_embeddings

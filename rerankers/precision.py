@@ -1,7 +1,7 @@
 """Scoring precision, the re-ranker side in one place: float32, bfloat16 or int8 arithmetic for scoring.
 
 Which precision a run scores in is decided by the experiment layer (``--precision``, ``--bf16``, ``--int8``:
-:func:`pipeline.core.runtime.resolve_precision`, applied by :func:`pipeline.stages.set_scoring_arithmetic`);
+:func:`pipeline.core.runtime.resolve_precision`, applied by :func:`pipeline.engine.stages.set_scoring_arithmetic`);
 how a re-ranker then computes is written here:
 
 * what stays float32 under bfloat16 autocast: similarity matrices (:func:`float32_bmm`; exact matches need

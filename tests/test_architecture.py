@@ -8,7 +8,10 @@ Layers, bottom to top:
    data-parallel work, MaxSim). Imports only ``pipeline.core``.
 3. ``rerankers`` (models, their shared blocks and the training loop they fit with) and ``indexes`` (first
    stages), side by side: each imports only ``pipeline.core`` and ``infra``, never the other.
-4. The experiment layer: every other ``pipeline`` module (protocols, model cache, fusion, run, CLIs).
+4. The experiment engine, ``pipeline.engine``: config, plan, protocols, model cache, stages, fusion, obtain.
+   Imports the layers below, never a command.
+5. The commands: every other ``pipeline`` module (``run``, ``train``, ``serve`` ..., the command shell, the
+   Python API, the PyTerrier integration).
 
 Every import counts, also one written inside a function (lazy imports keep heavy libraries out of start-up,
 but never break a circle).
@@ -76,7 +79,9 @@ def layer(module: str) -> int:
         return 1
     if module.startswith(("rerankers", "indexes")):
         return 2
-    return 3
+    if module.startswith("pipeline.engine"):
+        return 3
+    return 4
 
 
 def package(module: str) -> str:
@@ -87,6 +92,18 @@ def test_each_layer_imports_only_the_layers_below_it(graph):
     upward = sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
                     if layer(target) > layer(source))
     assert upward == []
+
+
+def test_the_engine_sits_between_the_models_and_the_commands(graph):
+    # an engine module importing a command (or a first stage importing the engine) is an upward edge above
+    assert layer("pipeline.core.records") < layer("infra.encoders") < layer("indexes.lucene") \
+        == layer("rerankers.knrm") < layer("pipeline.engine.plan") < layer("pipeline.run")
+    assert layer("pipeline.engine") == layer("pipeline.engine.obtain") < layer("pipeline.serve.models") \
+        == layer("pipeline.shell") == layer("pipeline.api")
+    # the engine is a package of its own: no engine module left beside the commands
+    engine = {name for name in graph if name.startswith("pipeline.engine.")}
+    assert {"pipeline.engine.config", "pipeline.engine.plan", "pipeline.engine.obtain"} <= engine
+    assert not {"pipeline.config", "pipeline.plan", "pipeline.obtain", "pipeline.model_cache"} & set(graph)
 
 
 def test_first_stages_and_re_rankers_do_not_import_each_other(graph):
@@ -135,9 +152,9 @@ def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
     assert imports_of("pkg.high", modules["pkg.high"], modules) == {"pkg.low", "pkg.other"}
 
 
-#: the modules that get a re-ranker model: :func:`pipeline.obtain.obtain_model` and the model cache it reads;
+#: the modules that get a re-ranker model: :func:`pipeline.engine.obtain.obtain_model` and the model cache it reads;
 #: ``pipeline.train`` trains the cache's models (``fold_models(load_cached=False)``) and hands none out
-MODEL_SOURCES = {"pipeline.obtain", "pipeline.model_cache", "pipeline.train"}
+MODEL_SOURCES = {"pipeline.engine.obtain", "pipeline.engine.model_cache", "pipeline.train"}
 #: what a ``.load(...)`` call may be on outside them: loaders of files and plugins, not of models
 NOT_MODELS = {"torch", "json", "yaml", "pickle", "ir_datasets", "point", "DATASET_PLUGINS"}
 #: the model cache's own ways in: a command calling one obtains a model around obtain_model

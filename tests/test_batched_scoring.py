@@ -17,8 +17,8 @@ import torch
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.fitting import untrained_reranker
-from pipeline.protocols import PerQueryReranker
+from pipeline.engine.fitting import untrained_reranker
+from pipeline.engine.protocols import PerQueryReranker
 from rerankers.training.data import RankingData, rerank_candidates
 from rerankers import available, reranker_class
 from rerankers.blocks import MaskedBiLSTM
@@ -201,7 +201,7 @@ class ScoreOnly:
 
 
 def test_rerank_across_queries_equals_query_by_query(dataset, monkeypatch):
-    from pipeline import stages
+    from pipeline.engine import stages
 
     reranker = word_model("hcan", dataset)
     by_query = stages.rerank(reranker, dataset, dataset.first_stage, batch_queries=False)

@@ -16,7 +16,7 @@ from helpers import NothingToLearn, one_torch_thread  # noqa: F401 (autouse fixt
 from pipeline import classify
 from pipeline.classify import (candidate_thresholds, classification_metrics, labelled_pairs, main, roc_auc,
                                tune_threshold)
-from pipeline.config import RunConfig
+from pipeline.engine.config import RunConfig
 from pipeline.core.datasets import load_local
 from pipeline.core.errors import ConfigError
 from pipeline.core.plugins import Registry

@@ -1,4 +1,4 @@
-"""The typed run config (pipeline.config.RunConfig), the command line derived from it, and the one
+"""The typed run config (pipeline.engine.config.RunConfig), the command line derived from it, and the one
 ConfigError every bad option raises before any retrieval or training."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import indexes.registry
 import rerankers
-from pipeline.config import RunConfig
+from pipeline.engine.config import RunConfig
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import ConfigError
 from pipeline.core.plugins import Registry
@@ -51,9 +51,9 @@ def guarded(monkeypatch, tmp_path):
     def no_work(*args, **kwargs):
         raise WorkStarted("retrieval or training started before every option was checked")
 
-    monkeypatch.setattr("pipeline.stages.make_first_stage", no_work)
+    monkeypatch.setattr("pipeline.engine.stages.make_first_stage", no_work)
     monkeypatch.setattr("indexes.make_first_stage", no_work)  # the run's FirstStageContext builds through it
-    monkeypatch.setattr("pipeline.model_cache.train_fold", no_work)
+    monkeypatch.setattr("pipeline.engine.model_cache.train_fold", no_work)
     return tmp_path
 
 
@@ -274,7 +274,7 @@ def test_a_full_disk_while_writing_the_run_is_an_error_line(monkeypatch, tmp_pat
 
 def test_a_reranker_giving_nan_is_an_error_naming_the_query():
     from pipeline.core.errors import PipelineError
-    from pipeline.stages import rerank
+    from pipeline.engine.stages import rerank
 
     dataset = toy_dataset()
 
@@ -302,7 +302,7 @@ def test_a_first_stage_over_a_pooled_collection_is_named_and_warned(caplog):
     import dataclasses
 
     from pipeline.core.datasets import Recipe
-    from pipeline.plan import plan_run
+    from pipeline.engine.plan import plan_run
 
     pooled = toy_dataset()
     pooled.recipe = dataclasses.replace(pooled.recipe, pooled="the passages of a top-100 pool")
@@ -322,7 +322,7 @@ def test_the_shipped_dl_and_microblog_datasets_say_they_are_pools():
 
 
 def test_runs_of_different_settings_never_share_a_name(tmp_path):
-    from pipeline.plan import plan_run
+    from pipeline.engine.plan import plan_run
 
     run_file = tmp_path / "my.first-stage.run"
     run_file.write_text("q6 Q0 d1 1 1.0 x\n")
@@ -348,7 +348,7 @@ def test_runs_of_different_settings_never_share_a_name(tmp_path):
 
 
 def test_trec_eval_metric_names_reach_the_run_as_ir_measures_names():
-    from pipeline.plan import plan_run
+    from pipeline.engine.plan import plan_run
 
     plan = plan_run(parse_config(["--dataset", "toy", "--reranker", "knrm", "--metrics", "map P_10"]), toy_dataset())
     assert plan.metrics == "AP P@10" and plan.main_metric == "AP"   # the interpolation weight is tuned on AP

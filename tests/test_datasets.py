@@ -625,7 +625,7 @@ def test_dl19_docs_come_from_the_shipped_json(data_root):
 
 @pytest.mark.slow
 def test_dl_is_three_years_with_leave_one_year_out_and_its_recipe(data_root):
-    from pipeline.protocols import make_protocol
+    from pipeline.engine.protocols import make_protocol
 
     dataset = load_dataset("dl")
     assert dataset.recipe.split == "2019" and dataset.recipe.metrics.split()[0] == "nDCG@10"

@@ -13,7 +13,7 @@ from indexes.dense import (
     FAISS_FILE, DOC_IDS_FILE, DenseOptions, DenseRetriever, TextEncoder, build_dense_index, dense_index_path,
 )
 from indexes.hybrid import HybridOptions, HybridRetriever, interpolate_lists, rrf_lists, tuning_queries
-from pipeline.config import RunConfig
+from pipeline.engine.config import RunConfig
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc

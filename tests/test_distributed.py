@@ -75,7 +75,7 @@ def train_hcan(data, **options) -> dict:
     """Train the tiny HCAN of tests/test_framework.py with its model's default dropout unless ``options``
     set one: 3 epochs of batches of 8, fold 0 of seed 7; returns the weights, epoch losses and dev scores."""
     from pipeline.core.datasets import load_local
-    from pipeline.protocols import make_protocol
+    from pipeline.engine.protocols import make_protocol
     from rerankers.hcan import HCANReranker
     from rerankers.training.data import RankingData
 
@@ -95,7 +95,7 @@ def train_hcan(data, **options) -> dict:
 def train_addax(data, encoder: str) -> dict:
     """One epoch of 32 pairs (8 steps) of a tiny ADDAX (random 2-layer BERT ``encoder``, default dropout)."""
     from pipeline.core.datasets import load_local
-    from pipeline.protocols import make_protocol
+    from pipeline.engine.protocols import make_protocol
     from rerankers import reranker_class
     from rerankers.training.data import RankingData
 
@@ -252,7 +252,7 @@ def test_pipeline_train_under_torchrun_writes_one_checkpoint_that_pipeline_run_l
 
 
 def test_scoring_under_torchrun_writes_the_run_one_process_writes_byte_for_byte(tmp_path, monkeypatch):
-    from pipeline.stages import RERANK_CHUNK_PAIRS
+    from pipeline.engine.stages import RERANK_CHUNK_PAIRS
 
     many = [f"word{i} term{i % 37}" for i in range(RERANK_CHUNK_PAIRS // 8 + 200)]  # two chunks: one per rank
     pairs = tmp_path / "many"
@@ -279,8 +279,8 @@ RESUMABLE = """
 import logging, sys, torch
 logging.basicConfig(level=logging.INFO)
 from pipeline.core.datasets import load_local
-from pipeline.fitting import train_fold
-from pipeline.protocols import make_protocol
+from pipeline.engine.fitting import train_fold
+from pipeline.engine.protocols import make_protocol
 from infra import distributed
 from rerankers.training.loop import Trainer
 from tests.test_framework import TINY

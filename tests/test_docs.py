@@ -43,10 +43,10 @@ def resolves(dotted: str) -> bool:
 
 
 def test_the_command_line_reference_is_current():
-    from pipeline.cli_reference import render
+    from pipeline.engine.cli_reference import render
 
     assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == render(), \
-        "docs/cli.md is stale: python -m pipeline.cli_reference --update docs/cli.md"
+        "docs/cli.md is stale: python -m pipeline.engine.cli_reference --update docs/cli.md"
 
 
 def test_readme_is_short():

@@ -278,7 +278,7 @@ def test_bad_measure_names_are_config_errors_with_the_closest_name(name, message
 
 
 def test_one_default_metric_set_for_run_and_evaluate():
-    from pipeline import config
+    from pipeline.engine import config
 
     assert ev.DEFAULT_MEASURES == config.DEFAULT_METRICS == "AP nDCG@10 P@30 R@{k}"
 

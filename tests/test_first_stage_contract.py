@@ -19,9 +19,9 @@ import pytest
 from indexes import FirstStageSettings, make_first_stage
 from indexes.options import make_options, option_names, options_class, options_dict
 from indexes.registry import REGISTRY, factory_of, register
-from pipeline.config import RunConfig
+from pipeline.engine.config import RunConfig
 from pipeline.core.errors import ConfigError
-from pipeline.naming import first_stage_label
+from pipeline.engine.naming import first_stage_label
 from tests.helpers import one_torch_thread, tiny_dataset  # noqa: F401 (autouse fixture)
 from tests.plugin_docs import plugin_target
 

@@ -19,13 +19,13 @@ from helpers import TrainingInterrupted, interrupt_after_epoch
 from pipeline.core.datasets import load_dataset, load_local
 from pipeline.core.errors import CheckpointError, DataFormatError, PipelineError
 from pipeline.core.evaluation import evaluate
-from pipeline.core.text import IDFStatistics, Vocabulary, tokenize
+from pipeline.core.vocabulary import IDFStatistics, Vocabulary, tokenize
 from pipeline.core.records import Query
-from pipeline.protocols import Fold, kfold, make_protocol
+from pipeline.engine.protocols import Fold, kfold, make_protocol
 from rerankers.training.data import RankingData, rerank_candidates
 from rerankers.training.config import TrainConfig
 from pipeline.core.options import apply_overrides, parse_overrides
-from pipeline.model_cache import cached_checkpoint, checkpoint_path
+from pipeline.engine.model_cache import cached_checkpoint, checkpoint_path
 from rerankers.training.optim import learning_rate_factor
 from rerankers import available, reranker_class
 from rerankers.embeddings import glove_6b_50d, load_embeddings, text_vectors
@@ -353,7 +353,7 @@ def test_same_seed_same_scores_other_seed_other_scores(tiny):
 
 
 def test_reranking_keeps_exactly_the_candidates(tiny):
-    from pipeline.stages import rerank
+    from pipeline.engine.stages import rerank
 
     reranker, _, fold = train_tiny(tiny, epochs=1)
     first = {q: tiny.first_stage[q] for q in fold.test}
@@ -581,7 +581,7 @@ def test_pipeline_train_writes_the_checkpoint_pipeline_run_loads(tiny_dir, tmp_p
 def test_default_interpolation_is_tuned_on_dev_queries_never_on_test_queries(tiny_dir, tmp_path, monkeypatch):
     """The default ``--interpolate auto`` picks its weight on the protocol's dev queries: no test query is
     ever in a run the weight is tuned on (own splits, and k-fold where every query is tested once)."""
-    from pipeline import fusion
+    from pipeline.engine import fusion
     from pipeline.run import build_parser, run_pipeline
 
     tuned_on: list[set[str]] = []
@@ -625,7 +625,7 @@ def test_default_interpolation_is_tuned_on_dev_queries_never_on_test_queries(tin
 def resumable_fit(dataset, path, **extra):
     """``train_fold`` of the tiny HCAN with dropout and a schedule, so that resuming must restore the random
     generators, the optimizer and the schedule to end with the same weights."""
-    from pipeline.fitting import train_fold
+    from pipeline.engine.fitting import train_fold
 
     fold = make_protocol(dataset, None, 7)[0]
     options = {**TINY, "epochs": 4, "patience": 10, "dropout": 0.3, "schedule": "linear", "warmup": 0.2, **extra}
@@ -633,7 +633,7 @@ def resumable_fit(dataset, path, **extra):
 
 
 def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch):
-    from pipeline.fitting import training_state_path
+    from pipeline.engine.fitting import training_state_path
 
     straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt")
     assert not training_state_path(tmp_path / "straight.pt").exists()  # removed once the fit ended
@@ -656,7 +656,7 @@ def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_resu
 
 
 def test_a_training_state_of_another_training_is_refused(tiny, tmp_path, monkeypatch):
-    from pipeline.fitting import training_state_path
+    from pipeline.engine.fitting import training_state_path
 
     path = tmp_path / "model.pt"
     interrupt_after_epoch(monkeypatch, 1)
@@ -679,7 +679,7 @@ def test_topics_without_judgments_stay_out_of_training_and_tuning(tiny, caplog):
     dataset = dataclasses.replace(tiny, queries={**tiny.queries, **unjudged},
                                   splits={**tiny.splits, "train": [*tiny.splits["train"], "u1"],
                                           "dev": [*tiny.splits["dev"], "u2"]})
-    with caplog.at_level(logging.INFO, logger="pipeline.protocols"):
+    with caplog.at_level(logging.INFO, logger="pipeline.engine.protocols"):
         fold, = make_protocol(dataset, "test", seed=1)
     assert "u1" not in fold.train and "u2" not in fold.dev
     assert fold.train == tiny.splits["train"] and fold.dev == tiny.splits["dev"]

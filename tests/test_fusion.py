@@ -1,13 +1,13 @@
-"""Interpolation of re-ranker and first-stage scores (pipeline.fusion)."""
+"""Interpolation of re-ranker and first-stage scores (pipeline.engine.fusion)."""
 from __future__ import annotations
 
 import pytest
 
-from pipeline import fusion
+from pipeline.engine import fusion
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Qrel, ScoredDoc
-from pipeline.stages import append_tail, head
-from pipeline.config import parse_weight
+from pipeline.engine.stages import append_tail, head
+from pipeline.engine.config import parse_weight
 
 
 def run(query_id, scores):

@@ -304,7 +304,7 @@ def test_prepare_reads_the_cached_vocabulary_idf_and_embeddings(tmp_path, monkey
     """The second preparation on the same texts and options reads the vocabulary, IDF and embedding matrix
     from <home>/cache/vocabulary (the same values, nothing rebuilt); other texts or options miss; a damaged
     file is rebuilt."""
-    from pipeline.core import text
+    from pipeline.core import vocabulary as text
     from rerankers.hcan import HCANReranker
     from rerankers.training.data import RankingData
     from tests.helpers import tiny_dataset

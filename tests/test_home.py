@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.config import RunConfig
+from pipeline.engine.config import RunConfig
 from pipeline.core import home
-from pipeline.model_cache import model_dir
+from pipeline.engine.model_cache import model_dir
 from indexes.codes import code_index_root
 from indexes.lucene import index_root
 

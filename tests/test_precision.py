@@ -3,12 +3,12 @@ is native (AMX / AVX512-BF16 CPU, or a GPU), else float32; the shortcuts --bf16 
 the precision actually used, so float32 and bf16 runs never overwrite each other."""
 import pytest
 
-from pipeline.config import RunConfig
+from pipeline.engine.config import RunConfig
 from pipeline.core import runtime
 from pipeline.core.errors import ConfigError
 from pipeline.core.runtime import requested_precision, resolve_precision
-from pipeline.naming import run_names, run_precision
-from pipeline.stages import scoring_precision, set_scoring_arithmetic
+from pipeline.engine.naming import run_names, run_precision
+from pipeline.engine.stages import scoring_precision, set_scoring_arithmetic
 
 
 @pytest.fixture(params=[False, True], ids=["emulated-bf16", "native-bf16"])
@@ -90,7 +90,7 @@ class FakeOtherReranker:
 
 
 def test_set_scoring_arithmetic_applies_the_resolved_precision(native, monkeypatch):
-    import pipeline.stages as stages
+    import pipeline.engine.stages as stages
 
     monkeypatch.setattr(stages, "native_bf16", lambda: native)
     model = FakeTorchReranker()

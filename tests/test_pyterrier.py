@@ -323,7 +323,7 @@ def test_bm25_text_loader_knrm_pipeline_on_cranfield(cranfield, tmp_path, monkey
     def no_training(*args, **kwargs):
         raise AssertionError("trained again although the models are cached")
 
-    monkeypatch.setattr("pipeline.model_cache.train_fold", no_training)
+    monkeypatch.setattr("pipeline.engine.model_cache.train_fold", no_training)
     again = ptx.reranker("knrm", dataset=cranfield, **options)
     assert (bm25 >> ptx.text_loader(cranfield) >> again)(topics)["score"].tolist() == pytest.approx(
         reranked["score"].tolist(), abs=1e-6)

@@ -1,4 +1,4 @@
-"""One run builds its first stage once and retrieves each query once (pipeline.context): a k-fold run with a
+"""One run builds its first stage once and retrieves each query once (pipeline.engine.context): a k-fold run with a
 re-ranker to train and a combination weight to tune needs candidates for its test queries, its training and
 dev queries, and each fold's dev queries again; all of them come from one :class:`FirstStageContext`."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 import indexes
 import rerankers
-from pipeline.context import FirstStageContext
+from pipeline.engine.context import FirstStageContext
 from pipeline.core.plugins import Registry
 from pipeline.core.records import ScoredDoc
 from pipeline.run import parse_config, run_pipeline
@@ -98,8 +98,8 @@ def test_a_trained_models_cache_key_changes_with_the_first_stages_options_only_w
     """The candidates a model trains on depend on the first stage's options (``--fs-set``, ``--k1``): a model
     trained on BM25 with k1 = 1.2 is not the cached model of k1 = 0.9; with the defaults the key is the
     first stage's name alone, as it was before options existed."""
-    from pipeline.model_cache import candidates_key, checkpoint_path, training_plan
-    from pipeline.protocols import Fold
+    from pipeline.engine.model_cache import candidates_key, checkpoint_path, training_plan
+    from pipeline.engine.protocols import Fold
 
     dataset = tiny_dataset(WORDS)
     fold = Fold("test", ["q1"], ["q2"], ["q3"])

@@ -1,4 +1,4 @@
-"""The safe combination of ``--interpolate auto`` (pipeline.fusion.choose_weight): a tuned weight is kept only
+"""The safe combination of ``--interpolate auto`` (pipeline.engine.fusion.choose_weight): a tuned weight is kept only
 when its cross-validated gain over the first stage clears its noise, else the first stage is kept; weights
 are never tuned on test queries; and benchmarks/results/combination/beyond-zero-shot.json is what its script builds."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import rerankers
-from pipeline import fusion
+from pipeline.engine import fusion
 from pipeline.core.datasets import Dataset
 from pipeline.core.plugins import Registry
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
-from pipeline.protocols import Fold
+from pipeline.engine.protocols import Fold
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY_PATH = ROOT / "benchmarks" / "results" / "combination" / "beyond-zero-shot.json"
@@ -229,8 +229,8 @@ def named(dataset: Dataset, name: str, judged: bool = True) -> Dataset:
     ("trecqa", True, ("none", None, (), None, None)),
 ])
 def test_auto_takes_the_measured_pipeline_of_the_collection(name, judged, expected):
-    from pipeline.config import RunConfig
-    from pipeline.presets import UNJUDGED_WEIGHT, resolve_auto
+    from pipeline.engine.config import RunConfig
+    from pipeline.engine.presets import UNJUDGED_WEIGHT, resolve_auto
 
     expected = expected[:-1] + (str(UNJUDGED_WEIGHT) if expected[-1] == "UNJUDGED" else expected[-1],)
     config = resolve_auto(RunConfig(reranker="auto"), named(graded_dataset(10), name, judged))
@@ -253,8 +253,8 @@ def test_auto_refuses_options_of_one_model_with_one_line(capsys, monkeypatch):
 def test_auto_from_an_empty_home_scores_with_the_packaged_bi_encoder(monkeypatch, tmp_path):
     # a collection without judgments: the zero-shot bi-encoder, combined with the first stage at the fixed
     # weight, over every query (nothing to train or tune on); nothing is downloaded
-    from pipeline.fusion import interpolate
-    from pipeline.presets import UNJUDGED_WEIGHT
+    from pipeline.engine.fusion import interpolate
+    from pipeline.engine.presets import UNJUDGED_WEIGHT
     from pipeline.run import parse_config, run_pipeline
 
     monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))

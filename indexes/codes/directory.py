@@ -14,7 +14,7 @@ from pipeline.core import filecheck
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.filecheck import check, damaged
-from pipeline.core.names import safe_name
+from pipeline.core.filenames import safe_name
 
 from . import ivf as ivf_index
 from .options import (

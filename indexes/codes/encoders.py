@@ -12,7 +12,7 @@ import numpy as np
 from pipeline.core.atomic import atomic_directory, atomic_write
 from pipeline.core.errors import CorruptCacheError
 from pipeline.core.locks import exclusive
-from pipeline.core.names import safe_name
+from pipeline.core.filenames import safe_name
 from infra.checkpoints import load_checkpoint, save_checkpoint
 
 from .hashing import (

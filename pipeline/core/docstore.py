@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 from .errors import CorruptCacheError, PipelineError
 from .home import home
 from .locks import exclusive
-from .names import safe_name
+from .filenames import safe_name
 from .records import Doc
 
 #: the layout of a store file (``PRAGMA user_version``)

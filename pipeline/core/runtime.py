@@ -50,7 +50,7 @@ def requested_precision(precision: str = "auto", bf16: bool = False, int8: bool 
 
     Raises:
         ValueError: an unknown precision, or two that contradict each other (``--bf16 --int8``,
-            ``--precision float32 --bf16``); :class:`pipeline.config.RunConfig` reports it as a
+            ``--precision float32 --bf16``); :class:`pipeline.engine.config.RunConfig` reports it as a
             ``ConfigError`` (this module imports nothing of the project).
 
     Example:

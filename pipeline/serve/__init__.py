@@ -43,7 +43,7 @@ from .server import DEFAULT_HOST, DEFAULT_PORT, STOP_MARGIN_S, Limits, RerankSer
 from .service import RerankService
 
 #: the served model's former name (``benchmarks/serve_load.py`` imports it); the model itself is obtained by
-#: :func:`pipeline.obtain.obtain_model`, like every command's
+#: :func:`pipeline.engine.obtain.obtain_model`, like every command's
 obtain_model = served_model
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "KEPT_ON_INTERRUPT", "MAX_BODY_BYTES", "ROUTES", "STOP_MARGIN_S", "Limits",

@@ -15,14 +15,14 @@ from typing import Callable, Sequence
 from indexes import make_first_stage
 from rerankers import reranker_class
 
-from ..cli_options import OptionParser
-from ..config import RunConfig
+from ..engine.cli_options import OptionParser
+from ..engine.config import RunConfig
 from ..core.datasets import load_dataset
 from ..core.errors import ConfigError, PipelineError
 from ..core.runtime import PRECISIONS, set_threads
-from ..resolve import RERANK_DEPTH, check_scoring_arithmetic
+from ..engine.resolve import RERANK_DEPTH, check_scoring_arithmetic
 from ..shell import run_command
-from ..stages import set_scoring_arithmetic
+from ..engine.stages import set_scoring_arithmetic
 from .batcher import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS
 from .models import checkpoint_reranker_name, load_checkpoint_model, served_model
 from .server import DEFAULT_HOST, DEFAULT_PORT, STOP_MARGIN_S, Limits, RerankServer

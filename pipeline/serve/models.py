@@ -10,12 +10,12 @@ from typing import Any
 
 from rerankers import reranker_class
 
-from ..config import RunConfig
+from ..engine.config import RunConfig
 from ..core.datasets import Dataset
 from ..core.errors import CheckpointError
 from ..core.home import home, model_root
-from ..model_cache import training_plan
-from ..obtain import obtain_model
+from ..engine.model_cache import training_plan
+from ..engine.obtain import obtain_model
 
 
 @dataclass
@@ -115,7 +115,7 @@ def load_checkpoint_model(path: str | Path) -> ServedModel:
 
     Its name is read from the checkpoint (:func:`checkpoint_reranker_name`), its class is the registry's
     entry for that name, and the model is obtained as every command obtains one
-    (:func:`pipeline.obtain.obtain_model`); the class's ``load`` checks the rest (format, configs, weights).
+    (:func:`pipeline.engine.obtain.obtain_model`); the class's ``load`` checks the rest (format, configs, weights).
 
     Args:
         path: a file written by a re-ranker's ``save()``.
@@ -134,11 +134,11 @@ def load_checkpoint_model(path: str | Path) -> ServedModel:
 
 
 def served_model(config: RunConfig, dataset: Dataset | None) -> ServedModel:
-    """The re-ranker ``config`` names, obtained by :func:`pipeline.obtain.obtain_model`.
+    """The re-ranker ``config`` names, obtained by :func:`pipeline.engine.obtain.obtain_model`.
 
     ``config.model`` is loaded by the re-ranker's class (a checkpoint, or for the bi-encoder a pre-trained
     encoder by name); without it, the model ``pipeline.run`` would use for ``dataset`` is loaded from the
-    model cache or trained now and cached (``pipeline.model_cache``, the one training path). A protocol of
+    model cache or trained now and cached (``pipeline.engine.model_cache``, the one training path). A protocol of
     several folds (k-fold on a dataset without splits) gives one model per fold, each meant for the queries
     it did not see; a service gets unseen queries, so it serves the first fold's model (the same cached file
     ``pipeline.run`` uses for that fold) rather than training every fold.

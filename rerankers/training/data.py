@@ -48,7 +48,7 @@ class RankingData:
         return [Qrel(q, d, r) for q, docs in self.qrels.items() for d, r in docs.items()]
 
 
-#: pairs scored per call by :func:`rerank_candidates` (as ``pipeline.stages.RERANK_CHUNK_PAIRS``)
+#: pairs scored per call by :func:`rerank_candidates` (as ``pipeline.engine.stages.RERANK_CHUNK_PAIRS``)
 EVALUATION_CHUNK_PAIRS = 4096
 
 

@@ -42,7 +42,7 @@ def dl_year_loader(year: str) -> Callable[[Path], Dataset]:
 def dl_years(root: Path) -> Dataset:
     """TREC DL 2019, 2020 and 2021 passage as one dataset with one split per year (``2019``, ``2020``,
     ``2021``), like Microblog's: the default protocol trains on two years' graded judgments and re-ranks the
-    third (:func:`pipeline.protocols.make_protocol`). Query ids and passage ids of the three years are
+    third (:func:`pipeline.engine.protocols.make_protocol`). Query ids and passage ids of the three years are
     disjoint (DL21 passages are MS MARCO v2 ids), so the years are merged as they are."""
     years = {year: dl_year_loader(year)(root) for year in DL_YEARS}
     queries: dict[str, Query] = {}

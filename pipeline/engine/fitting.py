@@ -9,9 +9,9 @@ from infra import distributed
 from rerankers import reranker_class
 from rerankers.training.data import RankingData
 
-from .core.datasets import Dataset
-from .core.errors import ConfigError
-from .core.records import Run
+from ..core.datasets import Dataset
+from ..core.errors import ConfigError
+from ..core.records import Run
 from .protocols import Fold
 
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .context import FirstStageContext
-from .core.errors import ConfigError, PipelineError
-from .core.records import Qrel, Run, ScoredDoc, minmax, ranked
+from ..core.errors import ConfigError, PipelineError
+from ..core.records import Qrel, Run, ScoredDoc, minmax, ranked
 from .stages import rerank
 
-log = logging.getLogger("pipeline.fusion")
+log = logging.getLogger("pipeline.engine.fusion")
 
 #: weights tried by :func:`tune_weight`: 0, 0.05, ..., 1
 DEFAULT_GRID = tuple(round(i * 0.05, 2) for i in range(21))
@@ -239,7 +239,7 @@ def fold_choices(folds, reranker, dataset, first_stage: str, k: int, settings=No
                  given_model: bool = False, level: float = SAFE_LEVEL, context=None) -> dict[str, WeightChoice]:
     """``fold name -> WeightChoice`` (:func:`choose_weight`) for every fold, each tuned on that fold's
     :func:`tuning_queries` re-ranked by the fold's own model, so no weight is chosen on the queries it scores.
-    The tuning queries' candidates come from the run's ``context`` (:class:`pipeline.context.FirstStageContext`:
+    The tuning queries' candidates come from the run's ``context`` (:class:`pipeline.engine.context.FirstStageContext`:
     the first stage built once, each query retrieved once) or a new one."""
     check_tunable(folds)
     context = context or FirstStageContext(dataset, first_stage, settings)

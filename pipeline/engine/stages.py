@@ -12,13 +12,13 @@ from indexes import make_first_stage
 
 from infra import distributed
 
-from .core.datasets import Dataset
-from .core.errors import ConfigError, PipelineError
-from .core.records import Query, Run, ScoredDoc
-from .core.runtime import native_bf16, resolve_device, resolve_precision
-from .core.records import ranked as ranked_hits
+from ..core.datasets import Dataset
+from ..core.errors import ConfigError, PipelineError
+from ..core.records import Query, Run, ScoredDoc
+from ..core.runtime import native_bf16, resolve_device, resolve_precision
+from ..core.records import ranked as ranked_hits
 
-log = logging.getLogger("pipeline.stages")
+log = logging.getLogger("pipeline.engine.stages")
 
 
 def retrieve(dataset: Dataset, first_stage: str = "auto", k: int = 1000, queries: Sequence[Query] | None = None,
@@ -99,11 +99,11 @@ def scoring_precision(config, reranker=None) -> str:
     """The precision ``config`` scores ``reranker`` (an instance or class; ``None``: a torch re-ranker) in:
     ``float32``, ``bf16`` or ``int8`` (:func:`pipeline.core.runtime.resolve_precision`). ``--precision auto``
     (the default) is ``bf16`` for a torch re-ranker on a CPU or GPU with native bfloat16, else ``float32``.
-    ``config`` is a :class:`~pipeline.config.RunConfig` or any object with ``bf16``/``int8`` (and optionally
+    ``config`` is a :class:`~pipeline.engine.config.RunConfig` or any object with ``bf16``/``int8`` (and optionally
     ``precision``) attributes, such as the serving CLI's options.
 
     Example:
-        >>> from pipeline.config import RunConfig
+        >>> from pipeline.engine.config import RunConfig
         >>> scoring_precision(RunConfig(precision="float32"))
         'float32'
     """
@@ -115,7 +115,7 @@ def scoring_precision(config, reranker=None) -> str:
 def set_scoring_arithmetic(reranker, config) -> str:
     """Apply ``config``'s precision (``--precision``, or its shortcuts ``--int8`` / ``--bf16``) to a trained
     or loaded re-ranker before it scores, and return the precision applied (:func:`scoring_precision`; an
-    explicit choice was checked against the re-ranker by :func:`pipeline.resolve.check_scoring_arithmetic`).
+    explicit choice was checked against the re-ranker by :func:`pipeline.engine.resolve.check_scoring_arithmetic`).
     ``auto`` picks bfloat16 only where it is native; an explicit bfloat16 on a CPU without bfloat16 matrix
     instructions is allowed, with a warning that it will be slower."""
     precision = scoring_precision(config, reranker)

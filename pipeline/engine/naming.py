@@ -16,8 +16,8 @@ from indexes import first_stage_options
 from indexes.options import changed_options
 
 from .config import RUN_NAME_CHARACTERS, RunConfig
-from .core.errors import ConfigError
-from .core.names import safe_name
+from ..core.errors import ConfigError
+from ..core.filenames import safe_name
 
 #: the options whose defaults add nothing to a name
 DEFAULTS = RunConfig.__dataclass_fields__
@@ -111,12 +111,12 @@ def default_run_name(dataset: str, first_stage: str, reranker: str, split: str |
 
 
 def run_precision(config: RunConfig) -> str:
-    """The precision ``config``'s re-ranker scores in, resolved as :func:`pipeline.stages.scoring_precision`
+    """The precision ``config``'s re-ranker scores in, resolved as :func:`pipeline.engine.stages.scoring_precision`
     resolves it (``--precision auto`` is ``bf16`` only for a torch re-ranker where bfloat16 is native): the
     run name says which, so the float32 and bfloat16 runs of one setting never overwrite each other."""
     from rerankers import reranker_class
 
-    from .core.runtime import resolve_precision
+    from ..core.runtime import resolve_precision
 
     supports_bf16 = True
     if config.reranker not in ("auto", "none"):

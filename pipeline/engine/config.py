@@ -1,10 +1,10 @@
 """What one run of the pipeline is asked to do: :class:`RunConfig`, every option of ``python -m pipeline.run``
 as a typed field with its default and its help text (the command line is built from these fields, see
-:mod:`pipeline.cli_options`, so the two cannot drift).
+:mod:`pipeline.engine.cli_options`, so the two cannot drift).
 
 A config checks itself when it is made: a bad value is a :class:`~pipeline.core.errors.ConfigError` naming
 the option and what is allowed, raised before any retrieval or training. What can only be checked against
-the dataset (its splits, the model options of its recipe) is checked by :func:`pipeline.plan.plan_run`,
+the dataset (its splits, the model options of its recipe) is checked by :func:`pipeline.engine.plan.plan_run`,
 also before any work. A config is frozen: the pipeline never changes it (``dataclasses.replace`` makes a
 changed copy).
 """
@@ -20,13 +20,13 @@ from indexes import FirstStageSettings, check_first_stage, first_stage_options
 from indexes import available as first_stage_names
 from rerankers import available as reranker_names
 
-from .core.errors import ConfigError
-from .core.evaluation import DEFAULT_MEASURES, parse_measures
-from .core.home import runs_root
-from .core.options import build_config, parse_overrides
-from .core.names import safe_name
-from .core.runtime import environment_precision, requested_precision
-from .core.suggest import unknown_name
+from ..core.errors import ConfigError
+from ..core.evaluation import DEFAULT_MEASURES, parse_measures
+from ..core.home import runs_root
+from ..core.options import build_config, parse_overrides
+from ..core.filenames import safe_name
+from ..core.runtime import environment_precision, requested_precision
+from ..core.suggest import unknown_name
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
 DEFAULT_DATASET = "microblog"
@@ -191,7 +191,7 @@ class RunConfig:
     def check(self) -> None:
         """Every check that needs no dataset; the first failing one is a :class:`ConfigError`."""
         known = reranker_names()
-        if self.reranker not in known and self.reranker != "auto":  # auto: settled per dataset (pipeline.presets)
+        if self.reranker not in known and self.reranker != "auto":  # auto: settled per dataset (pipeline.engine.presets)
             raise ConfigError(f"--reranker: {unknown_name('re-ranker', self.reranker, known)}")
         try:
             check_first_stage(self.first_stage)

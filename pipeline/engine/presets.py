@@ -13,7 +13,7 @@ What was measured (effectiveness table, 3 seeds, paired t-test against the first
 
 So ``auto`` takes the measured best pipeline of a built-in collection (:data:`MEASURED`), and for any other
 collection, with training queries or without, the zero-shot bi-encoder combined with the first stage: with
-judged queries the weight is tuned by the safe rule (:func:`pipeline.fusion.choose_weight`: the first stage
+judged queries the weight is tuned by the safe rule (:func:`pipeline.engine.fusion.choose_weight`: the first stage
 is kept unless tuning's gain is proven), without any it is the fixed :data:`UNJUDGED_WEIGHT`.
 docs/recommendations.md has the table behind it.
 """
@@ -23,7 +23,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from .core.errors import ConfigError
+from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

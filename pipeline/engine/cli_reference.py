@@ -1,7 +1,7 @@
 """The command-line reference of ``python -m pipeline.run`` (``docs/cli.md``), generated from
-:class:`pipeline.config.RunConfig`'s fields: one table per group of flags, each row the flag, its value type,
-its default and its help, exactly what :mod:`pipeline.cli_options` builds the parser from. A test fails when
-the page is stale; ``python -m pipeline.cli_reference --update docs/cli.md`` rewrites it.
+:class:`pipeline.engine.config.RunConfig`'s fields: one table per group of flags, each row the flag, its value type,
+its default and its help, exactly what :mod:`pipeline.engine.cli_options` builds the parser from. A test fails when
+the page is stale; ``python -m pipeline.engine.cli_reference --update docs/cli.md`` rewrites it.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .cli_options import flag, plain_text, value_type
 
 HEADER = """# Command-line reference: `python -m pipeline.run` (`rerank-run`)
 
-Generated from `pipeline.config.RunConfig` by `python -m pipeline.cli_reference --update docs/cli.md`
+Generated from `pipeline.engine.config.RunConfig` by `python -m pipeline.engine.cli_reference --update docs/cli.md`
 (`tests/test_docs.py` fails when this page is stale). Every flag is a field of `RunConfig` with the same
 name (`--first-stage` is `first_stage`), so a notebook sets the same options:
 `RunConfig(dataset="cranfield", reranker="knrm", seed=1)`. `pipeline.train`, `pipeline.serve` and
@@ -81,12 +81,12 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``--update PATH`` writes the page; without it the page is printed."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.cli_reference", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m pipeline.engine.cli_reference", description=__doc__)
     parser.add_argument("--update", type=Path, help="write the reference to this file (e.g. docs/cli.md)")
     args = parser.parse_args(argv)
     text = render()
     if args.update:
-        from .core.atomic import write_text
+        from ..core.atomic import write_text
 
         write_text(args.update, text)
     else:

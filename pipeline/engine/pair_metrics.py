@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .core.errors import PipelineError
+from ..core.errors import PipelineError
 
 #: the metrics of each thresholded row, in the table's order
 THRESHOLD_METRICS = ("accuracy", "precision", "recall", "f1", "macro_f1")

@@ -7,9 +7,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .core.datasets import Dataset
-from .core.errors import ConfigError
-from .core.records import Run, ScoredDoc
+from ..core.datasets import Dataset
+from ..core.errors import ConfigError
+from ..core.records import Run, ScoredDoc
 from .stages import rerank
 
 
@@ -82,7 +82,7 @@ def labelled_pairs(dataset: Dataset, query_ids: Sequence[str], name: str, need_b
 
 def score_pairs(reranker, dataset: Dataset, pairs: PairSet, batch_size: int | None = None) -> np.ndarray:
     """The re-ranker's score of every pair of ``pairs``, in its order (batched across queries as
-    :func:`pipeline.stages.rerank` batches them; non-finite scores are refused there)."""
+    :func:`pipeline.engine.stages.rerank` batches them; non-finite scores are refused there)."""
     run: Run = {}
     for query_id, doc_id in pairs.pairs:
         run.setdefault(query_id, []).append(ScoredDoc(query_id, doc_id, 0.0))

@@ -1,4 +1,4 @@
-"""Command-line flags derived from a config dataclass (such as :class:`pipeline.config.RunConfig`): one flag
+"""Command-line flags derived from a config dataclass (such as :class:`pipeline.engine.config.RunConfig`): one flag
 per field, typed by the field's annotation, with the field's default and help, so that the command line
 and the API cannot drift apart. Bad command lines are :class:`~pipeline.core.errors.ConfigError` s like
 every other bad option."""
@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ConfigError
+from ..core.errors import ConfigError
 
 
 #: the console scripts' prefix (pyproject.toml): a program started under such a name is called by it
@@ -101,7 +101,7 @@ class OptionParser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         """Raise instead of printing the usage and exiting (``--help`` still prints and exits); an unknown
         flag is followed by the closest known one (``--datset`` -> did you mean --dataset?)."""
-        from .core.suggest import flag_hint
+        from ..core.suggest import flag_hint
 
         raise ConfigError(f"{flag_hint(message, self._option_string_actions)} (see {self.prog} --help)")
 
@@ -124,7 +124,7 @@ def flag(config_field: dataclasses.Field) -> str:
 def add_config_arguments(parser: argparse.ArgumentParser, config_class: type,
                          exclude: typing.Collection[str] = ()) -> None:
     """One flag per field of ``config_class`` (a dataclass whose fields carry ``help`` and ``group``
-    metadata, see :func:`pipeline.config.option`): ``bool`` fields are switches, ``tuple`` fields repeatable,
+    metadata, see :func:`pipeline.engine.config.option`): ``bool`` fields are switches, ``tuple`` fields repeatable,
     ``Path`` fields paths; the parsed attribute is the field's name and its default the field's. Fields
     named in ``exclude`` (and those whose ``cli`` metadata is false) get no flag."""
     hints = typing.get_type_hints(config_class)

@@ -1,5 +1,5 @@
 """Every decision of a pipeline run, taken and checked before any work: :func:`plan_run` settles a
-:class:`~pipeline.config.RunConfig` against the loaded dataset (split, queries, protocol, depth, metrics,
+:class:`~pipeline.engine.config.RunConfig` against the loaded dataset (split, queries, protocol, depth, metrics,
 interpolation, first stage, model options, run names) and raises a
 :class:`~pipeline.core.errors.ConfigError` for a bad option before anything is retrieved or trained."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from indexes import FirstStageSettings
 from rerankers import reranker_class
 
 from .config import RunConfig
-from .core.datasets import Dataset, select_queries
-from .core.records import Query
+from ..core.datasets import Dataset, select_queries
+from ..core.records import Query
 from .fusion import check_tunable
 from .model_cache import TrainingPlan, training_plan
 from .naming import run_names
@@ -81,7 +81,7 @@ def searches_a_pool(dataset: Dataset, first_stage: str) -> bool:
 def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
     """The :class:`RunPlan` of ``config`` on ``dataset``. Loads the re-ranker's class (not a model) and builds
     its configs to check the model options; reads no documents, retrieves and trains nothing. ``--reranker
-    auto`` is settled here (:func:`pipeline.presets.resolve_auto`): the plan's config names the chosen model."""
+    auto`` is settled here (:func:`pipeline.engine.presets.resolve_auto`): the plan's config names the chosen model."""
     config = resolve_auto(config, dataset)
     cls = reranker_class(config.reranker)
     check_scoring_arithmetic(config, cls)

@@ -6,8 +6,8 @@ and :class:`pipeline.api.Reranker` all call it, so a model named the same way is
 * a given model (``--model`` / ``--checkpoint`` / ``model=``): a checkpoint file (its re-ranker is the one
   the file records, checked against a name given with it), an export or Hugging Face directory, a hub id,
   or for the bi-encoder a sentence encoder by name (the packaged ``all-MiniLM-L6-v2`` when none is given);
-* otherwise the models of a :class:`~pipeline.model_cache.TrainingPlan`: cached checkpoints loaded, missing
-  ones trained now and cached (:func:`pipeline.model_cache.fold_models`, the one training path).
+* otherwise the models of a :class:`~pipeline.engine.model_cache.TrainingPlan`: cached checkpoints loaded, missing
+  ones trained now and cached (:func:`pipeline.engine.model_cache.fold_models`, the one training path).
 
 The scoring arithmetic (``--precision`` / ``--bf16`` / ``--int8``) is applied here too when asked, before
 anything is scored.
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .context import FirstStageContext
-from .core.datasets import Dataset
-from .core.errors import CheckpointError, ConfigError
+from ..core.datasets import Dataset
+from ..core.errors import CheckpointError, ConfigError
 from .model_cache import FoldModel, TrainingPlan, fold_models
 from .protocols import PerQueryReranker
 
@@ -34,7 +34,7 @@ class ObtainedModel:
 
     Attributes:
         reranker: the model (``score``, ``score_many``, ...); with several folds a
-            :class:`~pipeline.protocols.PerQueryReranker` sending each query to the model trained without it.
+            :class:`~pipeline.engine.protocols.PerQueryReranker` sending each query to the model trained without it.
         name: the re-ranker's registry name.
         cls: the re-ranker's class.
         source: the given model (path or id) it was loaded from; ``None`` when it came from the model cache.
@@ -118,7 +118,7 @@ def _load_given(name: str | None, model: str | Path | None, cls: type | None) ->
     """``(name, class, model, source)`` of a given model (see :func:`obtain_model`)."""
     from rerankers import REGISTRY, available, reranker_class
 
-    from .core.suggest import unknown_name
+    from ..core.suggest import unknown_name
 
     if name is not None:
         cls = cls or reranker_class(name)
@@ -169,21 +169,21 @@ def obtain_model(reranker: str | None = None, model: str | Path | None = None, *
             or Hugging Face directory, a Hugging Face hub id (a cross-encoder), or for the bi-encoder a
             sentence encoder's name. ``None`` with ``training``, or for the bi-encoder alone (the packaged
             ``all-MiniLM-L6-v2``, zero-shot).
-        training: the models of a protocol (:func:`pipeline.model_cache.training_plan`): each fold's cached
+        training: the models of a protocol (:func:`pipeline.engine.model_cache.training_plan`): each fold's cached
             checkpoint is loaded, a missing one trained on the plan's candidates and cached. A caller wanting
             fewer folds (a service serves the first) passes a plan with only those.
         dataset: the dataset ``training`` trains on (required with it).
-        context: the run's first stage (:class:`~pipeline.context.FirstStageContext`), so the training
+        context: the run's first stage (:class:`~pipeline.engine.context.FirstStageContext`), so the training
             candidates come from the retriever the run already built; ``None``: a new one when needed.
         cls: the re-ranker's class when the caller already looked it up (the run plan's), else looked up
             here from ``reranker``.
-        arithmetic: a :class:`~pipeline.config.RunConfig` (or any object with ``precision``/``bf16``/``int8``)
+        arithmetic: a :class:`~pipeline.engine.config.RunConfig` (or any object with ``precision``/``bf16``/``int8``)
             whose scoring arithmetic is applied to the model before it is returned
-            (:func:`pipeline.stages.set_scoring_arithmetic`); ``None`` leaves the model as loaded.
+            (:func:`pipeline.engine.stages.set_scoring_arithmetic`); ``None`` leaves the model as loaded.
 
     Returns:
         an :class:`ObtainedModel`: the model (one fold's model, or a
-        :class:`~pipeline.protocols.PerQueryReranker` over several), its name, class, source and folds.
+        :class:`~pipeline.engine.protocols.PerQueryReranker` over several), its name, class, source and folds.
 
     Raises:
         ConfigError: nothing to obtain, an unknown name, or ``model`` and ``training`` both given.

@@ -1,6 +1,6 @@
 """Trained models cached on disk: one checkpoint per (dataset, re-ranker, options, training queries, seed,
 candidates). :func:`fold_models` loads the cached models of a protocol and trains the missing ones; it is
-the one training path of ``python -m pipeline.train`` and of :func:`pipeline.obtain.obtain_model`, through which
+the one training path of ``python -m pipeline.train`` and of :func:`pipeline.engine.obtain.obtain_model`, through which
 every command gets its model (:func:`obtain_reranker` and :func:`trained_reranker` remain for scripts).
 """
 from __future__ import annotations
@@ -19,16 +19,16 @@ from rerankers import reranker_class
 
 from .config import RunConfig
 from .context import FirstStageContext
-from .core.home import model_root
-from .core.datasets import Dataset
-from .core.errors import ConfigError
-from .core.names import safe_name
-from .core.records import Run
+from ..core.home import model_root
+from ..core.datasets import Dataset
+from ..core.errors import ConfigError
+from ..core.filenames import safe_name
+from ..core.records import Run
 from .fitting import train_fold
 from .protocols import Fold, PerQueryReranker, make_protocol
 from .resolve import candidate_depth, first_stage_name, model_options, run_split
 
-log = logging.getLogger("pipeline.model_cache")
+log = logging.getLogger("pipeline.engine.model_cache")
 
 
 def model_dir() -> Path:
@@ -85,7 +85,7 @@ def training_plan(config: RunConfig, dataset: Dataset, split: str | None = None,
                   first_stage: str | None = None, k: int | None = None, cls: type | None = None) -> TrainingPlan:
     """The :class:`TrainingPlan` of ``config`` on ``dataset``: the protocol for test split ``split`` (default:
     ``--split``, else the recipe's) unless ``folds`` are given, the checked model options, the first stage
-    and the candidate depth (each settled here unless the caller, such as :func:`pipeline.plan.plan_run`,
+    and the candidate depth (each settled here unless the caller, such as :func:`pipeline.engine.plan.plan_run`,
     already settled it, with the re-ranker's class ``cls``). Bad options are a :class:`ConfigError`; nothing is
     retrieved or trained."""
     if not config.reranking:

@@ -1,4 +1,4 @@
-"""What a :class:`~pipeline.config.RunConfig` leaves unsaid, settled against the dataset: the split, the
+"""What a :class:`~pipeline.engine.config.RunConfig` leaves unsaid, settled against the dataset: the split, the
 candidate depth, the metrics, the interpolation, the model options and the first stage. Each value comes
 from the config, else the dataset's recipe, else the documented default, and is checked: a bad one is a
 :class:`~pipeline.core.errors.ConfigError` naming the option, raised before any retrieval or training."""
@@ -10,11 +10,11 @@ from typing import Any
 from indexes import resolve_first_stage
 
 from .config import DEFAULT_METRICS, RunConfig, parse_interpolation
-from .core.datasets import Dataset
-from .core.errors import ConfigError
-from .core.evaluation import canonical_measures, parse_measures
-from .core.options import parse_overrides
-from .core.runtime import requested_precision
+from ..core.datasets import Dataset
+from ..core.errors import ConfigError
+from ..core.evaluation import canonical_measures, parse_measures
+from ..core.options import parse_overrides
+from ..core.runtime import requested_precision
 from .fitting import untrained_reranker
 
 #: candidates per query when neither the config nor the recipe says: a full ranking, or a re-ranker's depth

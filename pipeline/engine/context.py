@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .core.datasets import Dataset
-from .core.records import Query, Run, ScoredDoc
+from ..core.datasets import Dataset
+from ..core.records import Query, Run, ScoredDoc
 
-log = logging.getLogger("pipeline.context")
+log = logging.getLogger("pipeline.engine.context")
 
 
 @dataclass

@@ -8,9 +8,9 @@ import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .core.datasets import Dataset
-from .core.errors import ConfigError, PipelineError
-from .core.records import Doc, Query
+from ..core.datasets import Dataset
+from ..core.errors import ConfigError, PipelineError
+from ..core.records import Doc, Query
 
 log = logging.getLogger(__name__)
 
