@@ -117,7 +117,7 @@ class MatchPyramidModel(nn.Module):
     def forward(
         self, query_ids: torch.Tensor, query_mask: torch.Tensor, doc_ids: torch.Tensor, doc_mask: torch.Tensor
     ) -> torch.Tensor:
-        """Scores ``[B]`` (see :meth:`KNRMModel.forward` for the inputs)."""
+        """Scores ``[B]`` (see :meth:`rerankers.knrm.KernelRanker.forward` for the inputs)."""
         return self.mlp(self.pooled_features(query_ids, query_mask, doc_ids, doc_mask).flatten(1)).squeeze(-1)
 
 
