@@ -362,8 +362,15 @@ def _numba_available() -> bool:
 
 
 def bm25s_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Bm25sRetriever:
-    """``bm25s``: in-memory BM25 over the dataset's documents (the matrix is built and cached if missing);
-    options: :class:`Bm25sOptions`."""
+    """``bm25s``: in-memory BM25 over the dataset's documents (the matrix is built and cached if missing).
+
+    Args:
+        dataset: the collection to search.
+        settings: options (:class:`Bm25sOptions`) and the index cache.
+
+    Returns:
+        The first stage.
+    """
     options = settings.options or Bm25sOptions()
     path = build_index(dataset, options, settings.index_root)
     return Bm25sRetriever(path, threads=1)

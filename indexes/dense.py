@@ -299,18 +299,40 @@ class DenseRetriever:
         self.index_bytes = index_size_bytes(path)
 
     def encode_queries(self, texts: Sequence[str]):
-        """``[len(texts), dim]`` float32 query vectors."""
+        """The query vectors of ``texts``.
+
+        Args:
+            texts: query texts.
+
+        Returns:
+            ``[len(texts), dim]`` float32 vectors.
+        """
         return self.encoder.encode(texts, self.options.max_query_length)
 
     def search_vectors(self, vectors, k: int):
-        """faiss's ``(scores, rows)`` of the ``k`` nearest documents of each vector (rows -1: none)."""
+        """The ``k`` nearest documents of each vector.
+
+        Args:
+            vectors: ``[n, dim]`` float32 query vectors.
+            k: documents per vector.
+
+        Returns:
+            faiss's ``(scores, rows)``, each ``[n, k]`` (rows -1: none).
+        """
         if hasattr(self.index, "hnsw"):
             self.index.hnsw.efSearch = max(self.options.hnsw_ef_search, k)
         return self.index.search(vectors, min(k, int(self.index.ntotal)))
 
     def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
-        """Top-``k`` documents for every query by inner product (cosine with ``normalize``); score descending,
-        ties by doc id."""
+        """Top-``k`` documents for every query by inner product (cosine with ``normalize``).
+
+        Args:
+            queries: the queries.
+            k: documents per query.
+
+        Returns:
+            ``{query_id: [ScoredDoc, ...]}``, score descending, ties by doc id.
+        """
         from tqdm.auto import tqdm
 
         queries = list(queries)
@@ -332,7 +354,17 @@ class DenseRetriever:
 
 
 def dense_options(settings: FirstStageSettings) -> DenseOptions:
-    """``settings.options`` (from ``--fs-set``), else the default :class:`DenseOptions`."""
+    """The dense options of ``settings``.
+
+    Args:
+        settings: a first stage's settings.
+
+    Returns:
+        ``settings.options`` (from ``--fs-set``), else the default :class:`DenseOptions`.
+
+    Raises:
+        PipelineError: ``settings.options`` is something other than a :class:`DenseOptions`.
+    """
     options = settings.options
     if options is None:
         return DenseOptions()
@@ -342,8 +374,15 @@ def dense_options(settings: FirstStageSettings) -> DenseOptions:
 
 
 def dense_first_stage(dataset: Dataset, settings: FirstStageSettings) -> DenseRetriever:
-    """``dense``: the pooled encoder vectors of the documents in a faiss index, built on first use (no
-    training); options: :class:`DenseOptions`."""
+    """``dense``: the pooled encoder vectors of the documents in a faiss index, built on first use.
+
+    Args:
+        dataset: the collection to search.
+        settings: options (:class:`DenseOptions`) and the index cache.
+
+    Returns:
+        The first stage.
+    """
     options = dense_options(settings)
     return DenseRetriever(build_dense_index(dataset, options, settings.index_root), options)
 

@@ -182,8 +182,13 @@ class HybridRetriever:
         return self.bm25.search(queries, depth), self.dense.search(queries, depth)
 
     def tune(self) -> dict[int, float]:
-        """Tune the interpolation weights (once): for each fold of the tuning queries the best weight on the
-        others, and the best on all of them (fold -1). Returns ``fold -> weight``."""
+        """Tune the interpolation weights (once).
+
+        For each fold of the tuning queries the best weight on the others, and the best on all of them.
+
+        Returns:
+            ``fold -> weight`` (fold -1: all tuning queries); empty with RRF or a fixed weight.
+        """
         if self.weights or self.options.fusion != "interpolate" or self.options.weight is not None:
             return self.weights
         if len(self.pool) < 2:
@@ -226,7 +231,14 @@ class HybridRetriever:
         return weights
 
     def weight_of(self, query_id: str) -> float:
-        """BM25's share for ``query_id``: fixed, or tuned without that query's judgments."""
+        """BM25's share for ``query_id``.
+
+        Args:
+            query_id: the query.
+
+        Returns:
+            The fixed weight, or the one tuned without that query's judgments.
+        """
         if self.options.weight is not None:
             return self.options.weight
         weights = self.tune()
@@ -235,7 +247,15 @@ class HybridRetriever:
 
     # -- search
     def search(self, queries: Iterable[Query], k: int = 1000) -> Run:
-        """Top-``k`` documents of the fused union for every query (score descending, ties by doc id)."""
+        """Top-``k`` documents of the fused union for every query.
+
+        Args:
+            queries: the queries.
+            k: documents per query.
+
+        Returns:
+            ``{query_id: [ScoredDoc, ...]}``, score descending, ties by doc id.
+        """
         queries = list(queries)
         if self.options.fusion == "interpolate":
             self.tune()
@@ -258,7 +278,17 @@ class HybridRetriever:
 
 
 def hybrid_options(settings: FirstStageSettings) -> HybridStageOptions:
-    """``settings.options`` (from ``--fs-set``), else the default :class:`HybridStageOptions`."""
+    """The hybrid options of ``settings``.
+
+    Args:
+        settings: a first stage's settings.
+
+    Returns:
+        ``settings.options`` (from ``--fs-set``), else the default :class:`HybridStageOptions`.
+
+    Raises:
+        PipelineError: ``settings.options`` is something other than a :class:`HybridStageOptions`.
+    """
     options = settings.options
     if options is None:
         return HybridStageOptions()
@@ -268,8 +298,17 @@ def hybrid_options(settings: FirstStageSettings) -> HybridStageOptions:
 
 
 def hybrid_first_stage(dataset: Dataset, settings: FirstStageSettings) -> HybridRetriever:
-    """``hybrid``: BM25 (options ``bm25.*``) and dense (options ``dense.*``) fused as the other options say
-    (:class:`HybridStageOptions`); both indexes are built on first use."""
+    """``hybrid``: BM25 (options ``bm25.*``) and dense (options ``dense.*``) fused as the other options say.
+
+    Both indexes are built on first use.
+
+    Args:
+        dataset: the collection to search; its judged dev/train queries tune the weight.
+        settings: options (:class:`HybridStageOptions`) and the index cache.
+
+    Returns:
+        The first stage.
+    """
     from .dense import dense_first_stage
     from .lucene import bm25_first_stage
 

@@ -86,9 +86,24 @@ def build_index(
     threads: int = 2,
     force: bool = False,
 ) -> Path:
-    """Build (or find in the cache) a positional Lucene index with stored document vectors (RM3 needs them)
-    and raw text. Returns the index directory. The index is verified before it is cached
-    (:mod:`indexes.lucene_check`), and one process at a time builds it."""
+    """Build (or find in the cache) a positional Lucene index with stored document vectors and raw text.
+
+    RM3 needs the document vectors. The index is verified before it is cached (:mod:`indexes.lucene_check`),
+    and one process at a time builds it.
+
+    Args:
+        dataset: the collection to index.
+        options: the text analysis (stemmer, stopwords); the query side must use the same.
+        root: where indexes are cached (default: :func:`index_root`).
+        threads: Anserini's indexing threads.
+        force: rebuild even when a finished index is cached.
+
+    Returns:
+        The index directory.
+
+    Example:
+        >>> BM25Retriever(build_index(dataset)).search(dataset.queries.values(), k=100)  # doctest: +SKIP
+    """
     path = index_path(dataset, options, root)
     remove_stale_temps(path)  # what a builder killed with SIGKILL left (its process is gone)
     return build_once(path, is_complete, lambda: _build(dataset, options, path, threads), force)
@@ -174,8 +189,20 @@ class BM25Retriever:
 
     def __init__(self, path: Path, k1: float = 0.9, b: float = 0.4, rm3: RM3 | None = None, threads: int = 2,
                  external: LuceneOptions | None = None):
-        """``path``: an index of :func:`build_index`; or, with ``external`` (the analysis it was built with),
-        any Lucene index directory (Anserini's or Pyserini's prebuilt ones), used as it is."""
+        """
+        Args:
+            path: an index of :func:`build_index`; or, with ``external``, any Lucene index directory
+                (Anserini's or Pyserini's prebuilt ones), used as it is.
+            k1: BM25 k1.
+            b: BM25 b.
+            rm3: RM3 feedback settings (``None``: BM25 alone).
+            threads: Anserini's search threads.
+            external: the analysis an outside index was built with (``None``: ``path`` is one of ours).
+
+        Raises:
+            PipelineError: ``path`` is not a finished index.
+            CorruptCacheError: the index fails its check.
+        """
         if external is not None:
             lucene_dir, options = external_index_dir(path), external
         else:
@@ -203,7 +230,19 @@ class BM25Retriever:
                 self._searcher.set_rm3(int(rm3.fb_terms), int(rm3.fb_docs), float(rm3.original_query_weight))
 
     def search(self, queries: Iterable[Query], k: int = 1000, batch_size: int = 64) -> Run:
-        """Top-``k`` documents for every query."""
+        """Top-``k`` documents for every query.
+
+        Args:
+            queries: the queries.
+            k: documents per query.
+            batch_size: queries per Anserini batch search.
+
+        Returns:
+            ``{query_id: [ScoredDoc, ...]}`` in Anserini's order (score descending, ties by internal doc order).
+
+        Raises:
+            PipelineError: a query Anserini cannot search, named with its reason.
+        """
         from pipeline.core.progress import tqdm
 
         ArrayList = anserini_class("java.util.ArrayList")
@@ -331,10 +370,22 @@ def external_index_dir(path: Path) -> Path:
 
 
 def existing_index_first_stage(spec: str, settings: FirstStageSettings) -> BM25Retriever:
-    """``bm25:PATH`` / ``bm25+rm3:PATH``: BM25 (and RM3) over an existing Lucene index, searched as it is
-    (built by Anserini or Pyserini, e.g. a prebuilt index); queries are analysed with the options' stemmer
-    and stopwords, which must be the ones the index was built with (Anserini's default: porter, stopwords
-    removed). Its document ids must be the dataset's. Options: those of ``bm25`` / ``bm25+rm3``."""
+    """``bm25:PATH`` / ``bm25+rm3:PATH``: BM25 (and RM3) over an existing Lucene index, searched as it is.
+
+    The index may be built by Anserini or Pyserini (e.g. a prebuilt index); queries are analysed with the
+    options' stemmer and stopwords, which must be the ones the index was built with (Anserini's default:
+    porter, stopwords removed). Its document ids must be the dataset's.
+
+    Args:
+        spec: ``bm25:PATH`` or ``bm25+rm3:PATH``.
+        settings: the options of ``bm25`` / ``bm25+rm3`` and the search threads.
+
+    Returns:
+        The first stage.
+
+    Raises:
+        ConfigError: ``PATH`` holds no Lucene index.
+    """
     kind, _, location = spec.partition(":")
     options = settings.options or (RM3Options() if kind == "bm25+rm3" else BM25Options())
     rm3 = _rm3(options) if kind == "bm25+rm3" else None
@@ -347,8 +398,15 @@ def _rm3(options: RM3Options) -> RM3:
 
 
 def bm25_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retriever:
-    """``bm25``: Lucene BM25 over the dataset's documents (the index is built if missing); options:
-    :class:`~indexes.options.BM25Options`."""
+    """``bm25``: Lucene BM25 over the dataset's documents (the index is built if missing).
+
+    Args:
+        dataset: the collection to search.
+        settings: options (:class:`~indexes.options.BM25Options`), threads and the index cache.
+
+    Returns:
+        The first stage.
+    """
     options = settings.options or BM25Options()
     path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
                        settings.threads)
@@ -356,8 +414,15 @@ def bm25_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retr
 
 
 def bm25_rm3_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retriever:
-    """``bm25+rm3``: BM25 then RM3 query expansion (Lavrenko and Croft's relevance model, pseudo-feedback);
-    options: :class:`~indexes.options.RM3Options`."""
+    """``bm25+rm3``: BM25 then RM3 query expansion (Lavrenko and Croft's relevance model, pseudo-feedback).
+
+    Args:
+        dataset: the collection to search.
+        settings: options (:class:`~indexes.options.RM3Options`), threads and the index cache.
+
+    Returns:
+        The first stage.
+    """
     options = settings.options or RM3Options()
     path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
                        settings.threads)

@@ -23,7 +23,18 @@ SPECIAL_FORMS = ("auto", "run:PATH")
 
 
 def shipped_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Retriever:
-    """The run that comes with the data (Microblog QL top-1000, DL BM25 top-100); it takes no options."""
+    """The run that comes with the data (Microblog QL top-1000, DL BM25 top-100); it takes no options.
+
+    Args:
+        dataset: a dataset that ships a first-stage run.
+        settings: ignored (the shipped run has no options).
+
+    Returns:
+        A :class:`~indexes.base.RunRetriever` serving the shipped run.
+
+    Raises:
+        PipelineError: the dataset ships no first-stage run.
+    """
     if not dataset.first_stage:
         raise PipelineError(f"dataset {dataset.name!r} ships no first-stage run; use bm25 or run:PATH")
     return RunRetriever("shipped", dataset.first_stage)
@@ -45,19 +56,48 @@ REGISTRY = Registry("first stage", "neural_rerank.first_stages", {
 
 
 def register(name: str, target) -> None:
-    """Add a first stage (``target``: ``"module:factory"``, imported lazily, or the factory itself)."""
+    """Add a first stage, selectable as ``--first-stage NAME``.
+
+    Args:
+        name: its name (not ``auto``, ``none`` or ``run:...``, which are forms of the command line).
+        target: ``"module:factory"`` (imported lazily) or the factory itself: a callable taking
+            ``(dataset, settings)`` and returning a :class:`~indexes.base.Retriever`.
+
+    Raises:
+        PipelineError: ``name`` is a form of the command line.
+
+    Example:
+        >>> register("my-bm25", "my_package.first_stages:my_bm25")   # doctest: +SKIP
+    """
     if name in ("auto", "none") or name.startswith("run:"):
         raise PipelineError(f"{name!r} is a form of the command line; it cannot be registered")
     REGISTRY.register(name, target)
 
 
 def available() -> list[str]:
-    """Every first-stage name, plugins included, then the command line's forms (``auto``, ``run:PATH``)."""
+    """Every first-stage name, plugins included, then the command line's forms (``auto``, ``run:PATH``).
+
+    Returns:
+        The names, in the order ``--first-stage`` lists them.
+
+    Example:
+        >>> "bm25" in available() and available()[-2:] == ["auto", "run:PATH"]
+        True
+    """
     return [*REGISTRY.names(), *SPECIAL_FORMS]
 
 
 def resolve_first_stage(spec: str, dataset: Dataset) -> str:
-    """``auto`` -> ``shipped`` when the dataset comes with a first-stage run, else ``bm25``."""
+    """The first stage ``spec`` means for ``dataset``.
+
+    Args:
+        spec: a first-stage name or form.
+        dataset: the dataset to search.
+
+    Returns:
+        ``auto`` -> ``shipped`` when the dataset comes with a first-stage run, else ``bm25``; any other
+        ``spec`` unchanged.
+    """
     if spec == "auto":
         return "shipped" if dataset.first_stage else "bm25"
     return spec
@@ -68,7 +108,14 @@ EXISTING_INDEX_KINDS = ("bm25", "bm25+rm3")
 
 
 def check_first_stage(spec: str) -> None:
-    """A :class:`ConfigError` unless ``spec`` names a first stage (no index is built, no file read)."""
+    """Refuse a ``spec`` that names no first stage (no index is built, no file read).
+
+    Args:
+        spec: a first-stage name or form (``auto``, ``run:PATH``, ``KIND:INDEX``).
+
+    Raises:
+        ConfigError: ``spec`` names no first stage (with the closest known names), or its path is missing.
+    """
     if spec == "auto" or spec in REGISTRY:
         return
     if spec.startswith("run:"):
@@ -88,8 +135,13 @@ def check_first_stage(spec: str) -> None:
 
 
 def factory_of(spec: str):
-    """The factory that builds first stage ``spec`` (``auto`` counts as ``bm25``, ``bm25:INDEX`` as
-    ``bm25``); ``None`` for ``run:PATH``, which takes no options. Loads the factory's module (no index).
+    """The factory that builds first stage ``spec``; loads the factory's module (no index).
+
+    Args:
+        spec: a first-stage name (``auto`` counts as ``bm25``, ``bm25:INDEX`` as ``bm25``).
+
+    Returns:
+        The factory, or ``None`` for ``run:PATH``, which takes no options.
 
     Raises:
         ConfigError: ``spec`` names no first stage.
@@ -125,10 +177,17 @@ def first_stage_options(spec: str, settings: FirstStageSettings | BM25Settings |
 
 
 def legacy_settings(settings: BM25Settings, kind: str) -> FirstStageSettings:
-    """The :class:`FirstStageSettings` of first stage ``kind`` (a registered name) from the older
-    :class:`BM25Settings`: the built-in first stages get their own options dataclass from its fields, any
-    other first stage its Lucene fields that are not the defaults as aliases (applied where it has options of
-    those names).
+    """The :class:`FirstStageSettings` of first stage ``kind`` from the older :class:`BM25Settings`.
+
+    The built-in first stages get their own options dataclass from its fields, any other first stage its
+    Lucene fields that are not the defaults as aliases (applied where it has options of those names).
+
+    Args:
+        settings: the older settings object.
+        kind: a registered first-stage name.
+
+    Returns:
+        The settings of that first stage.
 
     Raises:
         PipelineError: ``dense`` or ``hybrid`` hold something other than their options dataclass.
@@ -172,8 +231,16 @@ def legacy_settings(settings: BM25Settings, kind: str) -> FirstStageSettings:
 
 
 def as_settings(spec: str, settings: FirstStageSettings | BM25Settings | None) -> FirstStageSettings:
-    """``settings`` as a :class:`FirstStageSettings` (a legacy :class:`BM25Settings` gives the options of
-    ``spec``'s kind from its fields)."""
+    """``settings`` as a :class:`FirstStageSettings`.
+
+    Args:
+        spec: the first stage the settings are for.
+        settings: new or legacy settings (a :class:`BM25Settings` gives the options of ``spec``'s kind from
+            its fields), or ``None`` for the defaults.
+
+    Returns:
+        The settings.
+    """
     if settings is None:
         return FirstStageSettings()
     if isinstance(settings, BM25Settings):
@@ -193,6 +260,9 @@ def make_first_stage(spec: str, dataset: Dataset, settings: FirstStageSettings |
 
     Returns:
         The first stage (an index is built when missing).
+
+    Raises:
+        ConfigError: ``spec`` names no first stage, or an option it does not have.
 
     Example:
         >>> make_first_stage("bm25", dataset, FirstStageSettings({"k1": 1.2})).search(queries, 10)  # doctest: +SKIP

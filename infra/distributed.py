@@ -40,38 +40,61 @@ TIMEOUT_VARIABLE = "PIPELINE_DIST_TIMEOUT_S"
 
 
 def is_distributed() -> bool:
-    """True inside an initialised process group of more than one rank."""
+    """Whether this process is in an initialised process group of more than one rank.
+
+    Returns:
+        True inside such a group, False outside one (or with a group of one rank).
+    """
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def rank() -> int:
-    """This process's rank (0 outside a process group)."""
+    """This process's rank.
+
+    Returns:
+        The rank, 0 outside a process group.
+    """
     import torch.distributed as dist
 
     return dist.get_rank() if is_distributed() else 0
 
 
 def world_size() -> int:
-    """The number of ranks (1 outside a process group)."""
+    """The number of ranks.
+
+    Returns:
+        The world size, 1 outside a process group.
+    """
     import torch.distributed as dist
 
     return dist.get_world_size() if is_distributed() else 1
 
 
 def rank_from_environment() -> int:
-    """The rank ``torchrun`` gave this process (``RANK``), readable after the process group is gone."""
+    """The rank ``torchrun`` gave this process, readable after the process group is gone.
+
+    Returns:
+        ``RANK`` from the environment, 0 when it is not set.
+    """
     return int(os.environ.get("RANK", "0"))
 
 
 def is_main() -> bool:
-    """True on rank 0, the rank that evaluates, decides and writes."""
+    """Whether this is rank 0, the rank that evaluates, decides and writes.
+
+    Returns:
+        True on rank 0 (and outside a process group).
+    """
     return rank() == 0
 
 
 def timeout_seconds() -> float:
-    """The process group's timeout: ``PIPELINE_DIST_TIMEOUT_S`` (seconds, > 0) or :data:`DEFAULT_TIMEOUT_S`.
+    """The process group's timeout.
+
+    Returns:
+        ``PIPELINE_DIST_TIMEOUT_S`` (seconds, > 0) when it is set, else :data:`DEFAULT_TIMEOUT_S`.
 
     Raises:
         PipelineError: the variable is set to something other than a positive number.
@@ -92,9 +115,16 @@ def timeout_seconds() -> float:
 
 
 def init_from_environment() -> bool:
-    """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1 in the environment); returns whether
-    this process is part of one. Backend NCCL when CUDA is available, else gloo; timeout
-    :func:`timeout_seconds` (every collective, barriers included, waits that long before failing).
+    """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1 in the environment).
+
+    Backend NCCL when CUDA is available, else gloo; timeout :func:`timeout_seconds` (every collective,
+    barriers included, waits that long before failing).
+
+    Returns:
+        Whether this process is part of a process group.
+
+    Raises:
+        PipelineError: ``PIPELINE_DIST_TIMEOUT_S`` is not a positive number.
 
     Example:
         >>> init_from_environment()   # outside torchrun: nothing to join
@@ -127,10 +157,17 @@ def shutdown() -> None:
 
 
 def share(units: Sequence[Any]) -> tuple[list, float]:
-    """This rank's share of a batch and the factor of its mean loss, ``world * len(share) / len(batch)``
-    (DDP averages the ranks' gradients, so the factors make the average the whole batch's mean-loss gradient;
-    1 outside a process group). A rank left without a unit (a batch smaller than the world) computes the
-    first unit with factor 0, so that every rank takes part in the gradient sum.
+    """This rank's share of a batch and the factor of its mean loss.
+
+    DDP averages the ranks' gradients, so the factors ``world * len(share) / len(batch)`` make the average
+    the whole batch's mean-loss gradient. A rank left without a unit (a batch smaller than the world)
+    computes the first unit with factor 0, so that every rank takes part in the gradient sum.
+
+    Args:
+        units: the whole batch, the same on every rank.
+
+    Returns:
+        ``(share, factor)``: this rank's units and the factor of their mean loss (1 outside a process group).
 
     Example:
         >>> share(["a", "b", "c"])    # one process: the whole batch
@@ -162,6 +199,7 @@ def data_parallel(module, device, find_unused_parameters: bool = False):
         device: the torch device training runs on (a CUDA device becomes DDP's ``device_ids``).
         find_unused_parameters: True when some trainable parameter gets no gradient from a batch (the
             Trainer finds out on its first batch); it costs a graph traversal per step.
+
     Returns:
         The DDP module (``no_sync()`` for accumulation), or ``None``.
 
@@ -190,12 +228,26 @@ def data_parallel(module, device, find_unused_parameters: bool = False):
 
 
 def sum_over_ranks(value: float) -> float:
-    """The sum of ``value`` over the ranks (``value`` itself outside a process group)."""
+    """The sum of ``value`` over the ranks.
+
+    Args:
+        value: this rank's number.
+
+    Returns:
+        The sum over every rank (``value`` itself outside a process group).
+    """
     return float(sum(gather_to_all(float(value)))) if is_distributed() else float(value)
 
 
 def broadcast(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank (any picklable value)."""
+    """Rank 0's ``value`` on every rank.
+
+    Args:
+        value: any picklable value; only rank 0's is used.
+
+    Returns:
+        Rank 0's ``value`` (``value`` itself outside a process group).
+    """
     import torch.distributed as dist
 
     if not is_distributed():
@@ -206,7 +258,14 @@ def broadcast(value: Any) -> Any:
 
 
 def gather_to_all(value: Any) -> list:
-    """Every rank's ``value``, in rank order, on every rank (``[value]`` outside a process group)."""
+    """Every rank's ``value`` on every rank.
+
+    Args:
+        value: this rank's picklable value.
+
+    Returns:
+        The values in rank order (``[value]`` outside a process group).
+    """
     import torch.distributed as dist
 
     if not is_distributed():

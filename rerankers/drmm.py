@@ -132,11 +132,26 @@ class DRMMReranker(WordReranker):
     train_defaults: ClassVar[dict] = {**PAIRWISE_DEFAULTS, "learning_rate": 1e-2}
 
     def build_module(self, embedding_weights: torch.Tensor) -> DRMMModel:
-        """A fresh :class:`DRMMModel` on ``embedding_weights``."""
+        """A fresh :class:`DRMMModel` on ``embedding_weights``.
+
+        Args:
+            embedding_weights: ``[V, E]`` initial word vectors.
+
+        Returns:
+            The module.
+        """
         return DRMMModel(self.model_config, embedding_weights.float())
 
     def features(self, query_tokens: Sequence[Sequence[str]], query_length: int) -> dict:
-        """``query_idf`` ``[B, Lq]`` (0 at padding) for IDF gating; nothing for term-vector gating."""
+        """The query terms' IDF for IDF gating; nothing for term-vector gating.
+
+        Args:
+            query_tokens: each pair's query tokens, truncated.
+            query_length: the padded query length of the batch.
+
+        Returns:
+            ``{"query_idf": [B, Lq]}`` (0 at padding), or ``{}``.
+        """
         if self.model_config.gating != "idf":
             return {}
         idf = torch.zeros(len(query_tokens), query_length)

@@ -369,15 +369,29 @@ class HCANReranker(WordReranker):
     train_defaults = {"loss": "pointwise", "epochs": 10, "batch_size": 64, "learning_rate": 1e-3}
 
     def __init__(self, *args, **kwargs):
+        """
+        Args:
+            *args: as :class:`~rerankers.neural.WordReranker` takes them.
+            **kwargs: as :class:`~rerankers.neural.WordReranker` takes them.
+        """
         super().__init__(*args, **kwargs)
         # bounded like every cache of prepared texts (rerankers.lru): a long-lived server sees unbounded queries
         self._idf_rows = LRUCache(8192)
 
     @property
     def phrase_lengths(self) -> tuple[int, ...]:
+        """The n-gram lengths whose IDF the query levels use (:func:`hcan_phrase_lengths`)."""
         return tuple(sorted(set(hcan_phrase_lengths(self.model_config))))
 
     def build_module(self, embedding_weights):
+        """A fresh :class:`HCANModel`; queries are cut to the model's ``query_slots``.
+
+        Args:
+            embedding_weights: ``[V, E]`` initial word vectors.
+
+        Returns:
+            The module.
+        """
         if self.text_config.max_query_length > self.model_config.query_slots:
             self.text_config.max_query_length = self.model_config.query_slots
         return HCANModel(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
@@ -391,7 +405,15 @@ class HCANReranker(WordReranker):
         return rows
 
     def features(self, query_tokens: Sequence[Sequence[str]], query_length: int) -> dict:
-        """``query_idf`` ``[B, N+1, Lq]`` (0 at padding)."""
+        """The IDF of the phrase each query position stands for, at every level.
+
+        Args:
+            query_tokens: each pair's query tokens, truncated.
+            query_length: the padded query length of the batch.
+
+        Returns:
+            ``{"query_idf": [B, N+1, Lq]}`` (0 at padding).
+        """
         levels = self.model_config.num_layers + 1
         idf = torch.zeros(len(query_tokens), levels, query_length)
         for row, tokens in enumerate(query_tokens):

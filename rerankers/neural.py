@@ -62,14 +62,30 @@ FROZEN_EMBEDDINGS = {"freeze_embeddings": True}
 
 
 def require(condition: bool, message: str) -> None:
-    """Raise ``ValueError(message)`` unless ``condition`` (a model config's checks)."""
+    """Raise ``ValueError(message)`` unless ``condition`` (a model config's checks).
+
+    Args:
+        condition: what must hold.
+        message: the error's text, naming the option and the value found.
+
+    Raises:
+        ValueError: ``condition`` is false.
+    """
     if not condition:
         raise ValueError(message)
 
 
 def check_choices(config, **choices: Sequence[str]) -> None:
-    """Raise a :class:`~pipeline.core.errors.ConfigError` for the first option of ``config`` named in
-    ``choices`` whose value is not one of its choices (a model config's ``__post_init__`` checks).
+    """Refuse the first option of ``config`` whose value is not one of its choices.
+
+    A model config's ``__post_init__`` checks.
+
+    Args:
+        config: a model config dataclass.
+        **choices: option name -> the values it may take.
+
+    Raises:
+        ConfigError: an option's value is not among its choices; the message lists them.
 
     Example:
         >>> check_choices(HCANConfig(), encoder=("deep", "wide", "contextual"))  # doctest: +SKIP
@@ -107,6 +123,13 @@ class WordReranker(TorchReranker):
     text_defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, model_config=None, text_config: TextConfig | None = None, train_config=None, seed: int = 42):
+        """
+        Args:
+            model_config: the model's hyper-parameters (default: ``model_config_class()``).
+            text_config: how texts become tensors (default: ``TextConfig(**text_defaults)``).
+            train_config: training settings (default: :meth:`default_train_config`).
+            seed: the random seed of initialisation and training.
+        """
         self.model_config = model_config if model_config is not None else self.model_config_class()
         self.text_config = text_config or TextConfig(**self.text_defaults)
         self.train_config = train_config if train_config is not None else self.default_train_config()
@@ -122,21 +145,41 @@ class WordReranker(TorchReranker):
 
     # -- construction ------------------------------------------------------------------------------
     def option_configs(self) -> list:
-        """Model, text and training configs (the targets of ``--set``)."""
+        """Model, text and training configs (the targets of ``--set``).
+
+        Returns:
+            ``[model_config, text_config, train_config]``.
+        """
         return [self.model_config, self.text_config, self.train_config]
 
     #: the torch module the default :meth:`build_module` builds
     module_class: ClassVar[type | None] = None
 
     def build_module(self, embedding_weights):
-        """The model's torch module: ``module_class(model_config, embedding_weights, freeze_embeddings)`` (a
-        subclass whose module takes other arguments overrides this)."""
+        """The model's torch module: ``module_class(model_config, embedding_weights, freeze_embeddings)``.
+
+        A subclass whose module takes other arguments overrides this.
+
+        Args:
+            embedding_weights: ``[V, E]`` initial word vectors.
+
+        Returns:
+            A fresh ``torch.nn.Module``.
+        """
         if self.module_class is None:
             raise NotImplementedError(f"{type(self).__name__} sets no module_class and has no build_module")
         return self.module_class(self.model_config, embedding_weights.float(), self.text_config.freeze_embeddings)
 
     def features(self, query_tokens: Sequence[Sequence[str]], query_length: int) -> dict:
-        """Extra forward inputs beyond token ids (subclasses override; default none)."""
+        """Extra forward inputs beyond token ids (subclasses override; default none).
+
+        Args:
+            query_tokens: each pair's query tokens, truncated to ``max_query_length``.
+            query_length: the padded query length of the batch.
+
+        Returns:
+            Input name -> tensor, merged into the batch :meth:`encode` returns.
+        """
         return {}
 
     def prepare(self, train, dataset) -> None:
@@ -147,6 +190,10 @@ class WordReranker(TorchReranker):
         options (and training queries for ``word2vec``), e.g. every fold of a k-fold dataset, a retraining
         with other model options or seeds of GloVe models. Tokenizing and counting a collection is most of a
         small model's start-up (~15 s for Microblog's 170k tweets on an idle core); a first run still pays it.
+
+        Args:
+            train: the training set (its queries and candidates train ``word2vec`` embeddings).
+            dataset: the collection whose documents and queries give the vocabulary and IDF.
         """
         import torch
 
@@ -241,11 +288,29 @@ class WordReranker(TorchReranker):
         return cached
 
     def pair_length(self, query: Query, doc: Doc) -> int:
-        """Padded length that matters for batching (the document's, capped)."""
+        """Padded length that matters for batching (the document's, capped).
+
+        Args:
+            query: the pair's query.
+            doc: the pair's document.
+
+        Returns:
+            The document's token count, at most ``max_doc_length``.
+        """
         return min(len(self._tokens(doc)), self.text_config.max_doc_length)
 
     def encode(self, pairs: Sequence[tuple[Query, Doc]]) -> dict:
-        """Pad a batch of pairs into id tensors and masks (True = real token), plus model features."""
+        """Pad a batch of pairs into id tensors and masks (True = real token), plus model features.
+
+        Args:
+            pairs: ``(query, doc)`` pairs.
+
+        Returns:
+            ``query_ids``, ``query_mask``, ``doc_ids``, ``doc_mask`` and the tensors of :meth:`features`.
+
+        Raises:
+            PipelineError: the re-ranker is not prepared.
+        """
         import torch
 
         if self.vocab is None:
@@ -269,21 +334,46 @@ class WordReranker(TorchReranker):
         return batch
 
     def forward(self, batch: Mapping[str, Any]):
-        """Scores ``[B]`` for an encoded batch (moved to the module's device)."""
+        """Scores ``[B]`` for an encoded batch (moved to the module's device).
+
+        Args:
+            batch: what :meth:`encode` returned.
+
+        Returns:
+            A ``[B]`` tensor of scores.
+        """
         device = self.device or next(self.module.parameters()).device
         return self.module(**{k: v.to(device) for k, v in batch.items()})
 
     # -- protocol ----------------------------------------------------------------------------------
     def fit(self, train, dev=None, state_path=None):
-        """Train with :class:`rerankers.training.loop.Trainer` (call :meth:`prepare` first); ``state_path``: where
-        the per-epoch training state is kept so that an interrupted fit resumes."""
+        """Train with :class:`rerankers.training.loop.Trainer` (call :meth:`prepare` first).
+
+        Args:
+            train: the training set (queries, candidates, judgments).
+            dev: the dev set for early stopping (``None``: train every epoch).
+            state_path: where the per-epoch training state is kept so that an interrupted fit resumes.
+
+        Returns:
+            The training report (losses and dev scores per epoch).
+
+        Raises:
+            PipelineError: :meth:`prepare` was not called.
+        """
         if self.module is None:
             raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
         return Trainer(self, self.train_config, self.seed).fit(train, dev, state_path)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self, path) -> None:
-        """Write config, vocabulary, IDF statistics, weights and versions to ``path`` atomically."""
+        """Write config, vocabulary, IDF statistics, weights and versions to ``path`` atomically.
+
+        Args:
+            path: the checkpoint file (replaced if it exists).
+
+        Raises:
+            PipelineError: nothing to save (not prepared).
+        """
         import torch
 
         if self.module is None:
@@ -307,7 +397,20 @@ class WordReranker(TorchReranker):
 
     @classmethod
     def load(cls, path) -> "WordReranker":
-        """Read a checkpoint written by :meth:`save`; wrong model, format or weights are a CheckpointError."""
+        """Read a checkpoint written by :meth:`save`.
+
+        Args:
+            path: the checkpoint file.
+
+        Returns:
+            The re-ranker, in eval mode, ready to score.
+
+        Raises:
+            CheckpointError: the file is missing or damaged, or holds another model, format or weights.
+
+        Example:
+            >>> reranker = KNRMReranker.load("knrm.pt")   # doctest: +SKIP
+        """
         import torch
 
         path = Path(path)

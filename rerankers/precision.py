@@ -12,7 +12,7 @@ how a re-ranker then computes is written here:
 * :class:`TransformerPrecision`, mixed into the transformer re-rankers: a bfloat16 copy of the module
   instead of autocast around float32 weights, and :meth:`~TransformerPrecision.quantize_int8`.
 
-Training is not affected: :meth:`fit` always computes in float32. torch is imported only once a model
+Training is not affected: ``fit`` always computes in float32. torch is imported only once a model
 scores, so that importing a re-ranker class (to list choices or answer ``--help``) stays cheap.
 """
 from __future__ import annotations
@@ -44,7 +44,14 @@ def float32_bmm(a, b):
 
 
 def score_heads(module) -> list:
-    """The score heads of ``module``: its linear layers with one output (the layer that outputs a score)."""
+    """The score heads of ``module``: its linear layers with one output (the layer that outputs a score).
+
+    Args:
+        module: a torch module.
+
+    Returns:
+        Its ``nn.Linear`` layers with ``out_features == 1``, in module order.
+    """
     import torch.nn as nn
 
     return [layer for layer in module.modules() if isinstance(layer, nn.Linear) and layer.out_features == 1]
@@ -54,7 +61,12 @@ def score_heads_in_float32(module, enabled: bool = True) -> None:
     """Make every score head of ``module`` (an ``nn.Linear`` with one output) compute in float32 also under
     bfloat16 autocast (``enabled=False`` undoes it). A head's output is the score: rounded to bfloat16's 8
     significant bits, documents a ranking should separate would tie. The heads are tiny, so this costs
-    nothing; their weights, state dict and checkpoints are unchanged (only the instance's ``forward``)."""
+    nothing; their weights, state dict and checkpoints are unchanged (only the instance's ``forward``).
+
+    Args:
+        module: a torch module.
+        enabled: ``False`` undoes it.
+    """
     for layer in score_heads(module):
         if enabled and "forward" not in layer.__dict__:
             layer.forward = _float32_linear(layer)
@@ -96,6 +108,15 @@ class ScoringPrecision:
         which). Scores move by about 1e-2 of their spread (BENCHMARKS.md, "Scoring throughput", measures the
         ranking cost). Training is not affected: ``fit`` always computes in float32. Cached encoder
         outputs are dropped, since they came from the other arithmetic.
+
+        Args:
+            enabled: ``False`` scores in float32 again.
+
+        Returns:
+            The re-ranker itself.
+
+        Raises:
+            PipelineError: the model is int8-quantized.
 
         Example:
             >>> reranker.score_in_bf16().score(query, docs)  # doctest: +SKIP
@@ -170,7 +191,13 @@ class TransformerPrecision(ScoringPrecision):
         input scale is the batch's, a pair's int8 score also depends a little on the batch it is scored in
         (float scores do not). The model can then only score: ``fit`` and ``save`` refuse.
         Quantized kernels exist for the CPU only: a module trained on a GPU moves to the CPU first (int8
-        is a CPU scoring path; score on the GPU in float instead). Idempotent; returns the re-ranker.
+        is a CPU scoring path; score on the GPU in float instead). Idempotent.
+
+        Returns:
+            The re-ranker itself.
+
+        Raises:
+            PipelineError: the model is not prepared, or scores in bfloat16.
 
         Example:
             >>> reranker.quantize_int8().score(query, docs)  # doctest: +SKIP

@@ -22,15 +22,32 @@ class RankingData:
 
     @classmethod
     def from_dataset(cls, dataset: Dataset, query_ids: Iterable[str], candidates: Run) -> "RankingData":
-        """The given queries of ``dataset`` with their candidates from ``candidates``."""
+        """The given queries of ``dataset`` with their candidates from ``candidates``.
+
+        Args:
+            dataset: the dataset (queries, judgments, document store).
+            query_ids: the queries to keep (those without candidates are left out).
+            candidates: a first-stage run.
+
+        Returns:
+            The training (or dev) data.
+        """
         query_ids = [q for q in query_ids if q in candidates]
         qrels = dataset.qrels_dict()
         return cls({q: dataset.queries[q] for q in query_ids}, {q: candidates[q] for q in query_ids},
                    {q: qrels.get(q, {}) for q in query_ids}, dataset.doc_store())
 
     def positives(self, query_id: str, pool: str = "all", min_relevance: int = 1) -> list[str]:
-        """Judged-relevant documents (relevance >= ``min_relevance``) whose text is available, in a stable
-        order; with ``pool="candidates"`` only those among the query's candidates."""
+        """Judged-relevant documents whose text is available, in a stable order.
+
+        Args:
+            query_id: the query.
+            pool: ``"all"``, or ``"candidates"`` for only those among the query's candidates.
+            min_relevance: the lowest relevance that counts (at least 1).
+
+        Returns:
+            Their document ids.
+        """
         relevant = sorted(d for d, r in self.qrels.get(query_id, {}).items() if r >= max(1, min_relevance)
                           and d in self.docs)
         if pool == "candidates":
@@ -39,12 +56,23 @@ class RankingData:
         return relevant
 
     def negatives(self, query_id: str) -> list[str]:
-        """Candidates not judged relevant (unjudged ones count as non-relevant)."""
+        """Candidates not judged relevant (unjudged ones count as non-relevant).
+
+        Args:
+            query_id: the query.
+
+        Returns:
+            Their document ids, in candidate order.
+        """
         judged = self.qrels.get(query_id, {})
         return [h.doc_id for h in self.candidates.get(query_id, []) if judged.get(h.doc_id, 0) <= 0]
 
     def qrels_list(self):
-        """Judgments as :class:`~pipeline.core.records.Qrel` records (for ir-measures)."""
+        """Judgments as :class:`~pipeline.core.records.Qrel` records (for ir-measures).
+
+        Returns:
+            One record per judgment.
+        """
         return [Qrel(q, d, r) for q, docs in self.qrels.items() for d, r in docs.items()]
 
 
@@ -53,9 +81,19 @@ EVALUATION_CHUNK_PAIRS = 4096
 
 
 def rerank_candidates(reranker, data: RankingData, depth: int = 0) -> Run:
-    """Score every query's candidates in ``data`` with ``reranker`` (only the top ``depth`` by first-stage
-    score when ``depth`` > 0: a cheaper dev metric on long candidate lists). A re-ranker with ``score_many``
-    scores all queries in one call (batches filled across queries); others query by query."""
+    """Score every query's candidates in ``data`` with ``reranker``.
+
+    A re-ranker with ``score_many`` scores all queries in one call (batches filled across queries); others
+    query by query.
+
+    Args:
+        reranker: a re-ranker (``score``, optionally ``score_many``).
+        data: queries with candidates and document texts.
+        depth: when > 0, only the top ``depth`` by first-stage score (a cheaper dev metric on long lists).
+
+    Returns:
+        The re-ranked run, each query's documents in candidate order with their new scores.
+    """
     heads = {}
     for query_id in data.queries:
         hits = data.candidates.get(query_id, [])
