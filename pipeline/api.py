@@ -66,9 +66,22 @@ class Result:
 
 
 def as_docs(docs: Sequence[str | Mapping[str, Any]]) -> list[Doc]:
-    """``docs`` (strings, or dicts with a text under ``text``/``contents``/``body``/``document`` and an
-    optional id under ``id``/``doc_id``/``docno``/``_id``) as :class:`Doc` records; a string's id is its
-    position. A document of another type, or a dict without a text, is a :class:`ConfigError` naming it."""
+    """``docs`` as :class:`Doc` records.
+
+    Args:
+        docs: strings, or dicts with a text under ``text``/``contents``/``body``/``document`` and an optional
+            id under ``id``/``doc_id``/``docno``/``_id``.
+
+    Returns:
+        One record per document; a string's id is its position.
+
+    Raises:
+        ConfigError: a document of another type, or a dict without a text; the message names it.
+
+    Example:
+        >>> as_docs(["tigers", {"id": "d7", "text": "power station"}])
+        [Doc(doc_id='0', text='tigers'), Doc(doc_id='d7', text='power station')]
+    """
     if isinstance(docs, (str, bytes)) or not isinstance(docs, Sequence):
         raise ConfigError(f"docs: a list of strings or dicts, got {type(docs).__name__}")
     records = []
@@ -183,6 +196,10 @@ class Reranker:
         Returns:
             One float per document (higher = more relevant).
 
+        Raises:
+            ConfigError: an empty query, or documents of the wrong shape.
+            PipelineError: the model returned a wrong number of scores or a non-finite one.
+
         Example:
             >>> ranker.score("power station", ["the power station band", "tigers"])  # doctest: +SKIP
             [2.31, -0.87]
@@ -216,6 +233,9 @@ class Reranker:
 
         Returns:
             :class:`Result` s: each document's position in ``docs``, id, score and text.
+
+        Raises:
+            ConfigError: an empty query, documents of the wrong shape, or a ``top_k`` that is no positive integer.
 
         Example:
             >>> [r.index for r in ranker.rank("power station", ["tigers", "the power station band"])]  # doctest: +SKIP

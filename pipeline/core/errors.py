@@ -9,7 +9,17 @@ class PipelineError(Exception):
 
 
 class DataFormatError(PipelineError, ValueError):
-    """Malformed input: names the file, the 1-based line (when there is one) and what was expected."""
+    """Malformed input: names the file, the 1-based line (when there is one) and what was expected.
+
+    Args:
+        path: the file.
+        line: the 1-based line, or ``None`` when the problem is the whole file.
+        message: what was expected and what was found.
+
+    Example:
+        >>> str(DataFormatError("topics.txt", 3, "expected 'qid<TAB>text'"))
+        "topics.txt:3: expected 'qid<TAB>text'"
+    """
 
     def __init__(self, path: str | os.PathLike, line: int | None, message: str):
         self.path = str(path)

@@ -38,7 +38,25 @@ class Evaluation:
 
 
 def evaluate(run: Run | Iterable[ScoredDoc], qrels: Iterable[Qrel], measures, name: str = "run") -> Evaluation:
-    """Score a run against qrels with ir-measures (aggregate and per query)."""
+    """Score a run against qrels with ir-measures (aggregate and per query).
+
+    Args:
+        run: a :data:`~pipeline.core.records.Run` or scored documents.
+        qrels: the judgments; they define the query set (a judged query the run lacks counts 0).
+        measures: measures in ir-measures' or trec_eval's syntax (a string or a list).
+        name: the run's display name.
+
+    Returns:
+        The aggregates and per-query values, keyed by canonical measure names.
+
+    Raises:
+        ConfigError: a measure name that is not known.
+
+    Example:
+        >>> run = {"q1": [ScoredDoc("q1", "d1", 2.0), ScoredDoc("q1", "d2", 1.0)]}
+        >>> evaluate(run, [Qrel("q1", "d2", 1)], "RR").aggregate
+        {'RR': 0.5}
+    """
     import ir_measures
 
     measures = parse_measures(measures)
@@ -53,7 +71,22 @@ def evaluate(run: Run | Iterable[ScoredDoc], qrels: Iterable[Qrel], measures, na
 
 
 def correct_pvalues(pvalues: Sequence[float], method: str = "holm") -> list[float]:
-    """Adjust p-values for multiple comparisons: ``holm`` (step-down), ``bonferroni`` or ``none``."""
+    """Adjust p-values for multiple comparisons.
+
+    Args:
+        pvalues: the raw p-values.
+        method: ``holm`` (step-down), ``bonferroni`` or ``none``.
+
+    Returns:
+        The adjusted p-values, in the order given.
+
+    Raises:
+        PipelineError: an unknown method.
+
+    Example:
+        >>> correct_pvalues([0.01, 0.04], "holm")
+        [0.02, 0.04]
+    """
     n = len(pvalues)
     if method == "none" or n == 0:
         return list(pvalues)
@@ -87,28 +120,61 @@ class Comparison:
     sources: dict[str, str] = field(default_factory=dict)
 
     def evaluation(self, name: str) -> Evaluation:
-        """The evaluation of the run called ``name``."""
+        """The evaluation of the run called ``name``.
+
+        Args:
+            name: a run's name.
+
+        Returns:
+            Its evaluation.
+
+        Raises:
+            PipelineError: no run of that name.
+        """
         for evaluation in self.evaluations:
             if evaluation.name == name:
                 return evaluation
         raise PipelineError(f"no run {name!r} among {[e.name for e in self.evaluations]}")
 
     def deltas(self, name: str, measure: str) -> dict[str, float]:
-        """Per query, run ``name`` minus the baseline on ``measure``, over the queries both are scored on
-        (the queries the paired test uses), in natural query order."""
+        """Per query, run ``name`` minus the baseline on ``measure``.
+
+        Args:
+            name: a run's name.
+            measure: one of the comparison's measures.
+
+        Returns:
+            ``query_id -> delta`` over the queries both are scored on (those the paired test uses), in
+            natural query order.
+
+        Raises:
+            PipelineError: the comparison has no baseline.
+        """
         if self.baseline is None:
             raise PipelineError("per-query deltas need a baseline run")
         base, run = self.evaluation(self.baseline).per_query[measure], self.evaluation(name).per_query[measure]
         return {q: run[q] - base[q] for q in sorted(set(base) & set(run), key=natural_key)}
 
     def mean_delta(self, name: str, measure: str) -> float:
-        """The mean of :meth:`deltas` (NaN without paired queries)."""
+        """The mean of :meth:`deltas`.
+
+        Args:
+            name: a run's name.
+            measure: one of the comparison's measures.
+
+        Returns:
+            The mean delta (NaN without paired queries).
+        """
         deltas = list(self.deltas(name, measure).values())
         return sum(deltas) / len(deltas) if deltas else float("nan")
 
     def to_json(self) -> dict:
-        """Everything as plain JSON (aggregates, per-query values, p-values, mean deltas against the baseline,
-        test settings, each run's file when known)."""
+        """Everything as plain JSON.
+
+        Returns:
+            Aggregates, per-query values, p-values, mean deltas against the baseline, test settings and each
+            run's file when known.
+        """
         runs = {}
         for e in self.evaluations:
             entry = {"aggregate": e.aggregate, "per_query": e.per_query, "pvalues": self.pvalues.get(e.name, {}),
@@ -128,8 +194,12 @@ class Comparison:
         }
 
     def markdown(self) -> str:
-        """A Markdown table: one row per run, one column per measure; ``*`` marks a significant difference
-        from the baseline (corrected p < alpha), with the p-value beside it."""
+        """A Markdown table of the comparison.
+
+        Returns:
+            One row per run, one column per measure; ``*`` marks a significant difference from the baseline
+            (corrected p < alpha), with the p-value beside it.
+        """
         header = "| run | " + " | ".join(self.measures) + " |"
         rule = "|---|" + "---|" * len(self.measures)
         rows = [header, rule]
@@ -151,7 +221,19 @@ class Comparison:
 
 
 def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest") -> float:
-    """Two-sided p-value of a paired test (``ttest`` or ``wilcoxon``); 1.0 when the samples are identical."""
+    """Two-sided p-value of a paired test.
+
+    Args:
+        a: one run's per-query values.
+        b: the other's, for the same queries in the same order.
+        test: ``ttest`` or ``wilcoxon``.
+
+    Returns:
+        The p-value; 1.0 when the samples are identical or fewer than 2.
+
+    Raises:
+        PipelineError: an unknown test.
+    """
     from scipy import stats
 
     if len(a) < 2 or all(x == y for x, y in zip(a, b)):
@@ -172,7 +254,27 @@ def compare(
     correction: str = "holm",
     alpha: float = 0.05,
 ) -> Comparison:
-    """Evaluate every run and test each against ``baseline`` (a key of ``runs``) on the queries both answer."""
+    """Evaluate every run and test each against ``baseline`` on the queries both answer.
+
+    Args:
+        runs: run name -> run.
+        qrels: the judgments.
+        measures: measures in ir-measures' or trec_eval's syntax.
+        baseline: the key of ``runs`` the others are tested against (``None``: no tests).
+        test: ``ttest`` or ``wilcoxon``.
+        correction: ``holm``, ``bonferroni`` or ``none`` (across the compared runs, per measure).
+        alpha: the significance level the table marks.
+
+    Returns:
+        The comparison.
+
+    Raises:
+        PipelineError: ``baseline`` is not among ``runs``, or an unknown test or correction.
+
+    Example:
+        >>> comparison = compare({"bm25": bm25, "knrm": knrm}, qrels, "AP nDCG@10", baseline="bm25")  # doctest: +SKIP
+        >>> print(comparison.markdown())  # doctest: +SKIP
+    """
     measures = parse_measures(measures)
     qrels = list(qrels)
     names = [str(m) for m in measures]
@@ -203,7 +305,18 @@ def delta_figure_object(comparison: Comparison, measures: str | Sequence[str] | 
     p-value (corrected, as in the table; ``*`` below alpha) and how many queries it wins and loses.
 
     Built on :class:`matplotlib.figure.Figure`, not pyplot: no global backend is switched (a notebook keeps
-    its own) and nothing needs closing."""
+    its own) and nothing needs closing.
+
+    Args:
+        comparison: a comparison with a baseline and at least one other run.
+        measures: the measures to draw (default: all of the comparison's).
+
+    Returns:
+        The figure.
+
+    Raises:
+        PipelineError: no baseline, no other run, or a measure not evaluated.
+    """
     from matplotlib.figure import Figure
 
     if comparison.baseline is None:
@@ -246,7 +359,16 @@ def delta_figure_object(comparison: Comparison, measures: str | Sequence[str] | 
 
 
 def delta_figure(comparison: Comparison, path: str | os.PathLike, measures: str | Sequence[str] | None = None) -> Path:
-    """Write :func:`delta_figure_object` (one panel per measure, all of them by default) as a PNG, atomically."""
+    """Write :func:`delta_figure_object` as a PNG, atomically.
+
+    Args:
+        comparison: a comparison with a baseline and at least one other run.
+        path: the PNG file.
+        measures: the measures to draw (default: all of the comparison's).
+
+    Returns:
+        The path written.
+    """
     figure = delta_figure_object(comparison, measures)
     path = Path(path)
     with atomic_write(path, "wb") as handle:
@@ -255,8 +377,17 @@ def delta_figure(comparison: Comparison, path: str | os.PathLike, measures: str 
 
 
 def save_report(comparison: Comparison, output_dir: str | os.PathLike, stem: str, figure: bool = True) -> dict[str, Path]:
-    """Write ``<stem>.md``, ``<stem>.json`` and (with a baseline) ``<stem>.png`` (one panel per measure)
-    atomically; returns the paths."""
+    """Write ``<stem>.md``, ``<stem>.json`` and (with a baseline) ``<stem>.png``, atomically.
+
+    Args:
+        comparison: the comparison to report.
+        output_dir: the folder to write into.
+        stem: the files' name without suffix.
+        figure: also write the per-query delta figure (with a baseline and another run).
+
+    Returns:
+        ``"markdown"``, ``"json"`` and maybe ``"figure"`` -> the paths written.
+    """
     output_dir = Path(output_dir)
     paths = {"markdown": output_dir / f"{stem}.md", "json": output_dir / f"{stem}.json"}
     with atomic_write(paths["markdown"]) as handle:
@@ -269,7 +400,18 @@ def save_report(comparison: Comparison, output_dir: str | os.PathLike, stem: str
 
 
 def run_name(path: str | os.PathLike) -> str:
-    """A run's display name: its file name without ``.run``/``.txt``."""
+    """A run's display name: its file name without ``.run``/``.txt``/``.trec``.
+
+    Args:
+        path: the run file.
+
+    Returns:
+        The name.
+
+    Example:
+        >>> run_name("runs/bm25.run")
+        'bm25'
+    """
     name = Path(path).name
     for suffix in (".run", ".txt", ".trec"):
         if name.endswith(suffix):
@@ -281,7 +423,18 @@ def run_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
     """Distinct display names for run files, in order: :func:`run_name` where it is unique, else the file name
     prefixed with as few parent folders as tell it apart from the runs sharing its name (``runs/a/x.run`` and
     ``runs/b/x.run`` -> ``a/x`` and ``b/x``). Files no folder tells apart (``x.run`` and ``x.txt`` in one
-    folder) keep their path as given, and the same file given twice is numbered (``x``, ``x (2)``)."""
+    folder) keep their path as given, and the same file given twice is numbered (``x``, ``x (2)``).
+
+    Args:
+        paths: the run files.
+
+    Returns:
+        One label per path, in order.
+
+    Example:
+        >>> run_labels(["runs/a/x.run", "runs/b/x.run"])
+        ['a/x', 'b/x']
+    """
     files = [Path(os.path.abspath(p)) for p in paths]
     parents = [f.parent.parts[1:][::-1] for f in files]  # nearest folder first, the root left out
     depth = [0] * len(paths)

@@ -25,7 +25,20 @@ def parse_measures(spec: str | Sequence) -> list:
     Each name is ir-measures' (``AP``, ``nDCG@10``, ``AP(rel=2)``) or trec_eval's (``map``, ``P_10``,
     ``P.10``, ``ndcg_cut_10``, ``recip_rank``, ``recall_100``, ``bpref``; ``P_5,10`` gives two measures),
     read by ir-measures' own parsers (:func:`parse_measure_name`). A measure named twice (``map AP``) is kept
-    once, in its first place. An unknown name is a :class:`ConfigError` naming it and the closest known name.
+    once, in its first place.
+
+    Args:
+        spec: names separated by spaces, or a list of names or Measure objects.
+
+    Returns:
+        The Measure objects, in the order given.
+
+    Raises:
+        ConfigError: an unknown name (with the closest known name), or no measure at all.
+
+    Example:
+        >>> [str(m) for m in parse_measures("map P_10 nDCG@10")]
+        ['AP', 'P@10', 'nDCG@10']
     """
     items = spec.split() if isinstance(spec, str) else list(spec)
     measures: list = []
@@ -42,15 +55,36 @@ def parse_measures(spec: str | Sequence) -> list:
 
 
 def canonical_measures(spec: str | Sequence) -> str:
-    """The measures of ``spec`` as ir-measures' canonical names, space-separated (``"map P_10"`` ->
-    ``"AP P@10"``): what code that hands one name to ir-measures directly should be given."""
+    """The measures of ``spec`` as ir-measures' canonical names: what code that hands one name to ir-measures
+    directly should be given.
+
+    Args:
+        spec: names separated by spaces, or a list (see :func:`parse_measures`).
+
+    Returns:
+        The canonical names, space-separated.
+
+    Example:
+        >>> canonical_measures("map P_10")
+        'AP P@10'
+    """
     return " ".join(str(m) for m in parse_measures(spec))
 
 
 def parse_measure_name(name: str) -> list:
     """The measures one name stands for: ir-measures' syntax first (``AP``, ``nDCG@10``, ``AP(rel=2)``),
     then trec_eval's (``ir_measures.parse_trec_measure``: ``map`` -> AP, ``P_10``/``P.10`` -> P@10, ``recall``
-    -> R at trec_eval's nine cutoffs, as ``trec_eval -m recall`` prints them). Raises :class:`ConfigError`."""
+    -> R at trec_eval's nine cutoffs, as ``trec_eval -m recall`` prints them).
+
+    Args:
+        name: one measure name.
+
+    Returns:
+        The measures it stands for.
+
+    Raises:
+        ConfigError: an unknown name (with the closest known one) or bad parameters.
+    """
     measures = read_measure_name(name)
     if measures is None:
         raise ConfigError(f"unknown measure {name!r}; closest known name: {closest_measure(name)} ({MEASURE_EXAMPLES})")
@@ -59,7 +93,17 @@ def parse_measure_name(name: str) -> list:
 
 def read_measure_name(name: str) -> list | None:
     """:func:`parse_measure_name` without the suggestion: the measures, or ``None`` for a name neither
-    ir-measures nor trec_eval knows; a known name with bad parameters is a :class:`ConfigError`."""
+    ir-measures nor trec_eval knows.
+
+    Args:
+        name: one measure name.
+
+    Returns:
+        The measures it stands for, or ``None`` for an unknown name.
+
+    Raises:
+        ConfigError: a known name with bad parameters, or a trec_eval measure set.
+    """
     import ir_measures
     import pytrec_eval
 
@@ -95,7 +139,15 @@ def read_measure_name(name: str) -> list | None:
 def malformed_measure(name: str, error: BaseException) -> str:
     """The message for a known measure written wrongly (``P@1O``, ``AP(rel=x)``): what the cutoff or the
     parameters must look like, with the corrected name when a letter only stands for a digit (O/o -> 0,
-    l/I -> 1), instead of ir-measures' parser text (kept for other shapes, after the expected form)."""
+    l/I -> 1), instead of ir-measures' parser text (kept for other shapes, after the expected form).
+
+    Args:
+        name: the name as written.
+        error: ir-measures' parser error.
+
+    Returns:
+        The message.
+    """
     import ir_measures
 
     head, rest = split_measure_name(name)
@@ -113,7 +165,14 @@ def malformed_measure(name: str, error: BaseException) -> str:
 def is_trec_name(name: str) -> bool:
     """Whether ``name`` is spelt as a trec_eval measure: a trec_eval name, alone or with parameters
     (``P_10``, ``P.5,10``, ``iprec_at_recall_0.10``). Checked here because ir-measures' trec_eval parser
-    matches a prefix only and would read ``P_10x`` as P@10."""
+    matches a prefix only and would read ``P_10x`` as P@10.
+
+    Args:
+        name: one measure name.
+
+    Returns:
+        Whether it has trec_eval's spelling.
+    """
     import pytrec_eval
 
     bases = "|".join(re.escape(m) for m in sorted(pytrec_eval.supported_measures, key=len, reverse=True))
@@ -122,7 +181,18 @@ def is_trec_name(name: str) -> bool:
 
 def split_measure_name(name: str) -> tuple[str, str]:
     """A measure name's head and the rest: ``nDCG@10`` -> (``nDCG``, ``@10``), ``AP(rel=2)`` -> (``AP``,
-    ``(rel=2)``), ``ndcg_cut_10`` -> (``ndcg_cut``, ``_10``), ``P.5,10`` -> (``P``, ``.5,10``)."""
+    ``(rel=2)``), ``ndcg_cut_10`` -> (``ndcg_cut``, ``_10``), ``P.5,10`` -> (``P``, ``.5,10``).
+
+    Args:
+        name: one measure name.
+
+    Returns:
+        ``(head, rest)``.
+
+    Example:
+        >>> split_measure_name("ndcg_cut_10")
+        ('ndcg_cut', '_10')
+    """
     head = re.split(r"[@(]", name, maxsplit=1)[0]
     rest = name[len(head):]
     cutoff = re.search(r"[._]\d[\d.,]*$", head)  # trec_eval's parameters: meas_p1 / meas.p1,p2
@@ -133,7 +203,11 @@ def split_measure_name(name: str) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def known_measure_names() -> tuple[str, ...]:
-    """Every measure name accepted alone: ir-measures' registry and the trec_eval names ir-measures computes."""
+    """Every measure name accepted alone: ir-measures' registry and the trec_eval names ir-measures computes.
+
+    Returns:
+        The names, sorted.
+    """
     import ir_measures
     import pytrec_eval
 
@@ -149,7 +223,14 @@ def known_measure_names() -> tuple[str, ...]:
 
 def closest_measure(name: str) -> str:
     """The known measure name closest to ``name`` (its head compared case-insensitively, its cutoff kept when
-    the result parses), quoted, with the canonical measure it stands for when that is spelt differently."""
+    the result parses).
+
+    Args:
+        name: an unknown measure name.
+
+    Returns:
+        The suggestion, quoted, with the canonical measure it stands for when that is spelt differently.
+    """
     head, rest = split_measure_name(name)
 
     def similarity(candidate: str) -> tuple[float, float]:

@@ -45,7 +45,18 @@ Run = dict[str, list[ScoredDoc]]
 
 def ranked(hits: Iterable[ScoredDoc]) -> list[ScoredDoc]:
     """``hits`` best first: score descending, ties by doc id descending, the order trec_eval ranks them in
-    (so the rank column written, the top-k cut and the evaluation all agree)."""
+    (so the rank column written, the top-k cut and the evaluation all agree).
+
+    Args:
+        hits: scored documents (of one query, usually).
+
+    Returns:
+        A new list, best first.
+
+    Example:
+        >>> [h.doc_id for h in ranked([ScoredDoc("q", "a", 1.0), ScoredDoc("q", "b", 1.0), ScoredDoc("q", "c", 2.0)])]
+        ['c', 'b', 'a']
+    """
     by_id = sorted(hits, key=lambda hit: hit.doc_id, reverse=True)
     return sorted(by_id, key=lambda hit: -hit.score)  # stable: ties keep the doc id order
 

@@ -26,7 +26,20 @@ class Fold:
 
 
 def hold_out(query_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """Split ``query_ids`` into (kept, held out) with ``fraction`` held out, reproducibly for a seed."""
+    """Split ``query_ids`` into (kept, held out), reproducibly for a seed.
+
+    Args:
+        query_ids: the queries.
+        fraction: the share held out (at least one query when there are two or more).
+        seed: the shuffle's seed.
+
+    Returns:
+        ``(kept, held_out)``, each sorted.
+
+    Example:
+        >>> hold_out(["q1", "q2", "q3", "q4"], 0.25, seed=1)
+        (['q1', 'q2', 'q3'], ['q4'])
+    """
     ordered = sorted(query_ids)
     random.Random(seed).shuffle(ordered)
     count = max(1, round(len(ordered) * fraction)) if len(ordered) > 1 else 0
@@ -34,7 +47,20 @@ def hold_out(query_ids: Sequence[str], fraction: float, seed: int) -> tuple[list
 
 
 def kfold(query_ids: Sequence[str], k: int, seed: int, dev_fraction: float = 0.15) -> list[Fold]:
-    """``k`` folds by query; each fold's model trains on the other folds minus ``dev_fraction`` held out."""
+    """``k`` folds by query; each fold's model trains on the other folds minus ``dev_fraction`` held out.
+
+    Args:
+        query_ids: the queries.
+        k: the number of folds (at least 2, at most the number of queries).
+        seed: the shuffle's seed.
+        dev_fraction: the share of each fold's training queries held out for early stopping.
+
+    Returns:
+        The folds, ``fold1ofK`` .. ``foldKofK``; every query is tested in exactly one.
+
+    Raises:
+        ConfigError: ``k`` < 2 or fewer queries than folds.
+    """
     if k < 2 or len(query_ids) < k:
         raise ConfigError(f"--folds: k-fold needs k >= 2 and at least k queries (k={k}, {len(query_ids)} queries)")
     ordered = sorted(query_ids)
@@ -52,7 +78,21 @@ def make_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: in
                   dev_fraction: float = 0.15) -> list[Fold]:
     """The folds of :func:`split_protocol`, with topics that have no judgment left out of training and of
     the dev queries (they teach nothing and would drag early stopping and the tuned combination weight
-    towards 0); they stay test queries. How many were left out is logged."""
+    towards 0); they stay test queries. How many were left out is logged.
+
+    Args:
+        dataset: the dataset.
+        test_split: the split re-ranked (``None``: all queries).
+        seed: the seed of the splits.
+        folds: k of k-fold cross-validation (datasets without splits).
+        dev_fraction: the share of training queries held out for early stopping.
+
+    Returns:
+        The folds.
+
+    Raises:
+        ConfigError: ``test_split`` is not one of the dataset's splits, or too few queries for the folds.
+    """
     protocol = split_protocol(dataset, test_split, seed, folds, dev_fraction)
     judged = {qrel.query_id for qrel in dataset.qrels}
     if not judged:
@@ -76,6 +116,19 @@ def split_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: i
     * a dataset whose splits are peers (Microblog years): test on ``test_split``, train on the other
       splits with ``dev_fraction`` of their queries held out for validation (HCAN's protocol);
     * no splits (Cranfield, Vaswani, NFCorpus): ``folds``-fold cross-validation by query.
+
+    Args:
+        dataset: the dataset.
+        test_split: the split re-ranked (``None``: all queries).
+        seed: the seed of the splits.
+        folds: k of k-fold cross-validation.
+        dev_fraction: the share of training queries held out for early stopping.
+
+    Returns:
+        The folds.
+
+    Raises:
+        ConfigError: ``test_split`` is not one of the dataset's splits, or too few queries for the folds.
     """
     splits = dataset.splits
     if "train" in splits:
@@ -105,7 +158,12 @@ def split_protocol(dataset: Dataset, test_split: str | None, seed: int, folds: i
 
 
 class PerQueryReranker:
-    """Dispatches each query to the model trained without it (k-fold): ``score`` looks up the query id."""
+    """Dispatches each query to the model trained without it (k-fold): ``score`` looks up the query id.
+
+    Args:
+        name: the re-ranker's name.
+        models: query id -> the model that did not see that query.
+    """
 
     def __init__(self, name: str, models: Mapping[str, Any]):
         self.name = name
@@ -117,14 +175,37 @@ class PerQueryReranker:
         return self.models[query.query_id]
 
     def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None):
-        """Scores of ``docs`` for ``query`` by the model that did not see ``query``."""
+        """Scores of ``docs`` for ``query`` by the model that did not see ``query``.
+
+        Args:
+            query: the query.
+            docs: its candidates.
+            batch_size: pairs per forward pass (default: each model's).
+
+        Returns:
+            One float per document, in the order given.
+
+        Raises:
+            PipelineError: no model was trained for the query's fold.
+        """
         return self.score_many([(query, docs)], batch_size)[0]
 
     def score_many(self, items: Sequence[tuple[Query, Sequence[Doc]]],
                    batch_size: int | None = None) -> list[list[float]]:
         """Scores of every ``(query, docs)`` item: the items are grouped by the model that did not see their
         query, and each model scores its group in one ``score_many`` call (batches filled across queries);
-        a model without ``score_many`` scores query by query. Lists come back in the items' order."""
+        a model without ``score_many`` scores query by query.
+
+        Args:
+            items: ``(query, docs)`` pairs.
+            batch_size: pairs per forward pass (default: each model's).
+
+        Returns:
+            One list of scores per item, in the items' order.
+
+        Raises:
+            PipelineError: no model was trained for a query's fold.
+        """
         groups: dict[int, list[int]] = {}
         models: dict[int, Any] = {}
         for position, (query, _) in enumerate(items):
@@ -153,10 +234,21 @@ class PerQueryReranker:
 
     def score_in_bf16(self, enabled: bool = True) -> "PerQueryReranker":
         """Every fold's model scores in bfloat16 (see ``TorchReranker.score_in_bf16``); a model that cannot is
-        a :class:`~pipeline.core.errors.PipelineError`."""
+        a :class:`~pipeline.core.errors.PipelineError`.
+
+        Args:
+            enabled: ``False`` scores in float32 again.
+
+        Returns:
+            This object.
+        """
         return self._each_model("score_in_bf16", "bfloat16 scoring is for the torch re-rankers", enabled)
 
     def quantize_int8(self) -> "PerQueryReranker":
         """Quantize every fold's model for int8 CPU scoring (see ``TransformerReranker.quantize_int8``); a
-        model that cannot be quantized is a :class:`~pipeline.core.errors.PipelineError`."""
+        model that cannot be quantized is a :class:`~pipeline.core.errors.PipelineError`.
+
+        Returns:
+            This object.
+        """
         return self._each_model("quantize_int8", "int8 scoring is for the transformer re-rankers")

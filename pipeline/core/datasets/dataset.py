@@ -57,13 +57,24 @@ class Dataset:
     pairs: list[tuple[str, str, int]] | None = field(default=None, repr=False)
 
     def docs_iter(self) -> Iterator[Doc]:
-        """Iterate over all documents of the collection."""
+        """Iterate over all documents of the collection.
+
+        Returns:
+            An iterator of :class:`~pipeline.core.records.Doc`, read afresh.
+        """
         return iter(self.docs_factory())
 
     def doc_store(self, on_disk: bool | None = None) -> Mapping[str, Doc]:
         """All documents by id (built once, then cached on the object): a dict, or with ``on_disk`` (default:
         ``PIPELINE_DOC_STORE=disk``) a :class:`pipeline.core.docstore.DiskDocStore`, which reads them from a
-        file built once per collection instead of holding them in this process."""
+        file built once per collection instead of holding them in this process.
+
+        Args:
+            on_disk: a disk store instead of a dict (default: ``PIPELINE_DOC_STORE=disk``).
+
+        Returns:
+            ``doc_id -> Doc``.
+        """
         from ..docstore import DiskDocStore, open_doc_store, wants_disk
 
         disk = wants_disk(on_disk)
@@ -73,14 +84,26 @@ class Dataset:
         return self._store
 
     def qrels_dict(self) -> dict[str, dict[str, int]]:
-        """Qrels as ``{query_id: {doc_id: relevance}}``."""
+        """The judgments by query.
+
+        Returns:
+            ``{query_id: {doc_id: relevance}}``.
+        """
         result: dict[str, dict[str, int]] = {}
         for qrel in self.qrels:
             result.setdefault(qrel.query_id, {})[qrel.doc_id] = qrel.relevance
         return result
 
     def subset(self, query_ids: Iterable[str], name: str | None = None) -> "Dataset":
-        """The same collection restricted to some queries (their qrels, splits and first-stage run)."""
+        """The same collection restricted to some queries (their qrels, splits and first-stage run).
+
+        Args:
+            query_ids: the queries to keep.
+            name: the subset's name (default: the dataset's).
+
+        Returns:
+            A new dataset sharing the documents.
+        """
         keep = set(query_ids)
         return dataclasses.replace(
             self,
@@ -95,7 +118,18 @@ class Dataset:
 
 
 def select_queries(dataset: Dataset, split: str | None = None) -> list[Query]:
-    """The queries to run: all of them, or one named split's."""
+    """The queries to run: all of them, or one named split's.
+
+    Args:
+        dataset: the dataset.
+        split: a split name (``None``: all queries).
+
+    Returns:
+        The queries, in the dataset's (or the split's) order.
+
+    Raises:
+        PipelineError: the dataset has no such split; the message lists its splits.
+    """
     if split is None:
         return list(dataset.queries.values())
     if split not in dataset.splits:

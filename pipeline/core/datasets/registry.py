@@ -76,9 +76,19 @@ DATASET_PLUGINS = Registry("dataset", ENTRY_POINT_GROUP)
 
 
 def register_dataset(name: str, loader: Callable[[], Dataset] | str) -> None:
-    """Add a dataset name: ``loader`` is a function of no argument returning a :class:`Dataset`, or its
-    ``"module:function"`` (imported when the name is first loaded). A built-in name or a malformed loader is
-    a :class:`~pipeline.core.errors.ConfigError`; a name registered to another loader is refused too."""
+    """Add a dataset name that :func:`load_dataset` (and ``--dataset``) then accepts.
+
+    Args:
+        name: the name (non-empty, no surrounding spaces, not a built-in name).
+        loader: a function of no argument returning a :class:`Dataset`, or its ``"module:function"``
+            (imported when the name is first loaded).
+
+    Raises:
+        ConfigError: a built-in name, a malformed loader, or a name registered to another loader.
+
+    Example:
+        >>> register_dataset("my-collection", "my_package.data:load_my_collection")   # doctest: +SKIP
+    """
     if not isinstance(name, str) or not name.strip() or name != name.strip():
         raise ConfigError(f"dataset name must be a non-empty string without surrounding spaces, got {name!r}")
     if isinstance(loader, str):
@@ -105,14 +115,34 @@ def quiet_ir_datasets():
 
 
 def known_datasets() -> list[str]:
-    """Every name :func:`load_dataset` knows without ir_datasets: built-in, then registered or from entry
-    points (listing them imports nothing)."""
+    """Every name :func:`load_dataset` knows without ir_datasets (listing them imports nothing).
+
+    Returns:
+        The built-in names, then the registered ones and those of entry points.
+    """
     return [*BUILTIN_DATASETS, *(name for name in DATASET_PLUGINS.names() if name not in BUILTIN_DATASETS)]
 
 
 def load_dataset(name: str, mirror: str | os.PathLike | None = None) -> Dataset:
     """Load a dataset by directory path, built-in name, registered name or ir_datasets id (see the module
-    docstring). ``mirror`` is the offline mirror of ir_datasets' archives (default :func:`mirror_dir`)."""
+    docstring).
+
+    Args:
+        name: a directory, a built-in or registered name, or an ir_datasets id.
+        mirror: the offline mirror of ir_datasets' archives (default :func:`mirror_dir`).
+
+    Returns:
+        The dataset: queries, qrels, splits and lazily read documents.
+
+    Raises:
+        DatasetNotFoundError: an unknown name (with the closest known one), or archives neither
+            downloadable nor in the mirror.
+
+    Example:
+        >>> dataset = load_dataset("vaswani")          # doctest: +SKIP
+        >>> len(dataset.queries)                       # doctest: +SKIP
+        93
+    """
     mirror_path = mirror_dir(mirror)
     candidate = Path(name).expanduser()
     if candidate.is_dir():
