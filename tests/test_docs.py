@@ -4,6 +4,7 @@ link between pages resolves, and every cross-reference to the project's code (a 
 exists."""
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -71,3 +72,84 @@ def test_every_cross_reference_in_docstrings_exists():
     stale = sorted({(source.relative_to(ROOT).as_posix(), name) for source in SOURCES
                     for name in ROLE.findall(source.read_text(encoding="utf-8")) if not resolves(name)})
     assert not stale, f"docstring references to names that no longer exist: {stale}"
+
+
+#: the packages whose docstrings are read as their modules see them (``infra`` included)
+DOCSTRING_PACKAGES = ("pipeline", "indexes", "rerankers", "infra")
+#: any role's target, qualified or not: :class:`~pipeline.x.Y`, :meth:`save`, :mod:`.encoders`
+ANY_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`~?([.A-Za-z_][A-Za-z0-9_.]*)`")
+#: a double-backticked dotted name of the project in a docstring: ``pipeline.engine.stages.rerank``
+CODE_NAME = re.compile(r"``((?:pipeline|indexes|rerankers|infra)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\(\))?``")
+#: (module, text) pairs that show the markup itself rather than refer to something
+NOT_REFERENCES = {("pipeline.engine.cli_options", "a.B")}
+
+
+def _attribute_path(target, names: list[str]) -> bool:
+    """Whether ``names`` lead from ``target`` to an attribute (or a declared field of a (data)class)."""
+    for name in names:
+        if not hasattr(target, name):
+            annotations = getattr(target, "__annotations__", {}) or {}
+            fields = getattr(target, "__dataclass_fields__", {}) or {}
+            return name in annotations or name in fields
+        target = getattr(target, name)
+    return True
+
+
+def resolves_in(name: str, module, cls=None, instance_attributes: frozenset = frozenset()) -> bool:
+    """True when ``name``, as a docstring of ``module`` (inside class ``cls``) writes it, names something.
+
+    A name resolves as Sphinx would look it up: relative (``.encoders``) to the module's package, then in
+    the enclosing class (``save``, or an attribute its methods set on ``self``), the builtins, the module's
+    own namespace (``Dataset.subset``) and last as an importable dotted path (``pipeline.core.records.Doc``).
+    """
+    import builtins
+
+    if name.startswith("."):
+        package = module.__name__ if module.__file__.endswith("__init__.py") else module.__name__.rpartition(".")[0]
+        name = package + name
+    parts = name.split(".")
+    if len(parts) == 1 and parts[0] in instance_attributes:
+        return True
+    for scope in (cls, builtins, module):
+        if scope is not None and hasattr(scope, parts[0]) and _attribute_path(scope, parts):
+            return True
+    return resolves(name)
+
+
+def _docstrings(path: Path, module):
+    """``(class or None, its instance attributes, docstring)`` of the module, of every class and of every
+    function in ``path``."""
+    def visit(node, cls, attributes):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            if doc:
+                yield cls, attributes, doc
+        for child in ast.iter_child_nodes(node):
+            inner, inner_attributes = cls, attributes
+            if isinstance(child, ast.ClassDef):
+                inner = getattr(cls if cls is not None else module, child.name, None)
+                inner_attributes = frozenset(
+                    target.attr for target in ast.walk(child) if isinstance(target, ast.Attribute)
+                    and isinstance(target.ctx, ast.Store) and isinstance(target.value, ast.Name)
+                    and target.value.id == "self")
+            yield from visit(child, inner, inner_attributes)
+
+    yield from visit(ast.parse(path.read_text(encoding="utf-8")), None, frozenset())
+
+
+def test_every_cross_reference_in_a_docstring_resolves_where_it_is_written():
+    checked, stale = 0, []
+    for package in DOCSTRING_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if parts[-1] == "__main__":
+                continue  # running it is what importing it does
+            module = importlib.import_module(name)
+            for cls, attributes, doc in _docstrings(path, module):
+                for target in ANY_ROLE.findall(doc) + CODE_NAME.findall(doc):
+                    checked += 1
+                    if (name, target) not in NOT_REFERENCES and not resolves_in(target, module, cls, attributes):
+                        stale.append(f"{path.relative_to(ROOT).as_posix()}: {target}")
+    assert checked > 500, f"only {checked} cross-references found: is the pattern right?"
+    assert not stale, f"docstring cross-references that name nothing: {sorted(set(stale))}"

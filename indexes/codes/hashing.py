@@ -44,7 +44,7 @@ def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, 
 
     With ``sample`` (``[T, float_dim]`` unit token vectors of documents, :func:`center_sample`), the
     encoder is centred (:func:`recentre`): codes ``sign(R (v - mu))`` with ``mu`` the sample's mean, scored by
-    :func:`centred_similarity`."""
+    :func:`~indexes.codes.model.centred_similarity`."""
     projection = float_model.project
     hyperplanes = random_hyperplanes(bits, projection.out_features, seed).to(projection.weight.device)
     head = "linear" if sample is None else "centred"
@@ -64,7 +64,8 @@ def hashed_from_float(float_model: "TokenCodeEncoder", bits: int, alpha: float, 
 @torch.no_grad()
 def recentre(model: "TokenCodeEncoder", sample: torch.Tensor) -> None:
     """Give a centred head the center of ``sample`` (``[T, float_dim]`` unit token vectors): ``center`` their
-    mean and ``decode_norm`` the mean ``|R^T b|`` of their codes ``b`` (see :func:`centred_similarity`)."""
+    mean and ``decode_norm`` the mean ``|R^T b|`` of their codes ``b``
+    (see :func:`~indexes.codes.model.centred_similarity`)."""
     sample = sample.to(model.center.device).float()
     model.center.copy_(sample.mean(dim=0))
     codes = model.binary_codes(model.hash_unit_vectors(sample), hard=True)

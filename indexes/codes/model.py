@@ -45,7 +45,8 @@ class TokenCodeEncoder(nn.Module):
     """Transformer -> projection -> one ``dim``-vector per (non-special, non-padding) token.
 
     Binary: ADDAX's hashing MLP (tanh, ReLU, linear; ``head="mlp"``) or one linear map (``head="linear"``,
-    the hyperplanes of :func:`hashed_from_float`), documents ``tanh(alpha x)`` while training and
+    the hyperplanes of :func:`~indexes.codes.hashing.hashed_from_float`), documents ``tanh(alpha x)`` while
+    training and
     ``sign(x)`` (+-1, 0 -> +1) at index time. Float: ColBERT's linear projection, L2-normalised. Queries
     are the projection L2-normalised in both kinds (one projection for both sides, so that a query
     token's sign pattern is comparable with the documents' codes in the kNN step).

@@ -212,7 +212,7 @@ class CodeRetriever:
         return scores
 
     def _centred_similarity(self, codes: np.ndarray, query_vectors: np.ndarray) -> np.ndarray:
-        """:meth:`TokenCodeEncoder.decoded_similarity` of a centred head, on the model's device."""
+        """:meth:`~indexes.codes.model.TokenCodeEncoder.decoded_similarity` of a centred head, on the model's device."""
         device = self.model.center.device
         with torch.inference_mode():
             sims = self.model.decoded_similarity(torch.from_numpy(codes).to(device),

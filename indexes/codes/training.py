@@ -183,7 +183,8 @@ class TrainingReport:
 
 def train_encoder(options: CodeOptions, source: TrainingSource, negatives: dict[str, list[str]] | None = None,
                   device=None, start: tuple | None = None, steps: int | None = None):
-    """Train a :class:`TokenCodeEncoder` on ``source``: a new one (``new_encoder(options)``), or ``start``'s
+    """Train a :class:`~indexes.codes.model.TokenCodeEncoder` on ``source``: a new one
+    (``new_encoder(options)``), or ``start``'s
     ``(tokenizer, model)`` for ``steps`` steps (default ``options.steps``). Returns ``(tokenizer, model,
     report)``; the model is left in eval mode on ``device``."""
     from pipeline.core.progress import tqdm

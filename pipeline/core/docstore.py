@@ -183,7 +183,8 @@ def open_doc_store(name: str, fingerprint: str, docs: Iterable[Doc] | None = Non
 
     Args:
         name: the dataset's name.
-        fingerprint: the identity of the dataset's files (:func:`files_fingerprint`), part of the key.
+        fingerprint: the identity of the dataset's files (:func:`~pipeline.core.datasets.files_fingerprint`),
+            part of the key.
         docs: the collection's documents, iterated only when the store is built (an iterable or a callable
             returning one).
         root: the folder of stores (default :func:`doc_store_root`).

@@ -2,7 +2,7 @@
 
 :class:`tqdm` is ``tqdm.auto.tqdm`` that draws its bar only when its stream is a terminal. When stderr goes
 to a file or a pipe (a batch job, ``nohup``, CI), a bar's carriage returns would fill the file with
-thousands of redrawn bars; there it writes instead one INFO line of the ``pipeline.progress`` logger every
+thousands of redrawn bars; there it writes instead one INFO line of the ``"pipeline.progress"`` logger every
 :data:`LOG_PERIOD` seconds (env ``PIPELINE_PROGRESS_SECONDS``), and one when the bar closes::
 
     INFO pipeline.progress: re-ranking with knrm: 40% 48/120 query [00:30<00:45, 1.60query/s]

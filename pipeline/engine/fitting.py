@@ -28,7 +28,8 @@ def untrained_reranker(cls: type, options: Mapping[str, Any], seed: int):
 
 
 def training_state_path(path: str | Path) -> Path:
-    """Where the training of checkpoint ``path`` keeps its per-epoch state (see :meth:`Trainer.fit`)."""
+    """Where the training of checkpoint ``path`` keeps its per-epoch state
+    (see :meth:`~rerankers.training.loop.Trainer.fit`)."""
     path = Path(path)
     return path.with_name(path.name + ".training-state")
 

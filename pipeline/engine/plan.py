@@ -68,7 +68,8 @@ FIXED_RANKINGS = ("shipped",)
 
 def searches_a_pool(dataset: Dataset, first_stage: str) -> bool:
     """True (with a warning) when ``first_stage`` would index and search ``dataset``'s documents while they
-    are only a pool of a larger collection (:attr:`Recipe.pooled`): its numbers are not the collection's."""
+    are only a pool of a larger collection (:attr:`~pipeline.core.datasets.Recipe.pooled`): its numbers are not
+    the collection's."""
     pooled = dataset.recipe.pooled
     if not pooled or first_stage in FIXED_RANKINGS or ":" in first_stage:  # run:PATH, bm25:INDEX
         return False
