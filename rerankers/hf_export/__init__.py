@@ -74,7 +74,11 @@ HEAD_KINDS = ("classifier", "linear")
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of the project and of the libraries the weights were written with (recorded, not checked)."""
+    """Versions of the project and of the libraries the weights were written with (recorded, not checked).
+
+    Returns:
+        Name -> version string.
+    """
     import torch
     import transformers
 
@@ -83,7 +87,13 @@ def library_versions() -> dict[str, str]:
 
 
 def write_description(directory: Path, filename: str, description: Mapping[str, Any]) -> None:
-    """Write ``description`` (plain JSON values) as ``directory/filename`` with the format and kind added."""
+    """Write ``description`` as ``directory/filename`` with the format and kind added, atomically.
+
+    Args:
+        directory: the export directory.
+        filename: the description file's name.
+        description: plain JSON values.
+    """
     body = {"format": EXPORT_FORMAT, "kind": EXPORT_KIND, **description}
     with atomic_write(Path(directory) / filename) as handle:
         json.dump(body, handle, indent=2, sort_keys=True)
@@ -93,8 +103,16 @@ def write_description(directory: Path, filename: str, description: Mapping[str, 
 def read_description(directory: str | Path, filename: str) -> dict:
     """The description ``directory/filename`` written by :func:`write_description`.
 
-    A missing directory, a directory without it, unreadable JSON or another format is a
-    :class:`CheckpointError` naming the directory.
+    Args:
+        directory: the export directory.
+        filename: the description file's name.
+
+    Returns:
+        The description, format and kind included.
+
+    Raises:
+        CheckpointError: a missing directory, a directory without the file, unreadable JSON or another
+            format; the message names the directory.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -129,6 +147,13 @@ def verify_export(directory: str | Path, full: bool | None = None) -> None:
     naming the file; an export written before checksums existed loads with a warning, as do files added
     beside the recorded ones (a model card), which are not verified.
 
+    Args:
+        directory: the export directory.
+        full: hash every file (``None``: as :func:`pipeline.core.filecheck.check` decides).
+
+    Raises:
+        CheckpointError: a file that does not match its recorded size or digest.
+
     Example:
         >>> verify_export("exported/cross-encoder")  # doctest: +SKIP
     """
@@ -157,8 +182,17 @@ def _warn_once(directory: Path, message: str) -> None:
 
 
 def find_description(directory: str | Path) -> tuple[str, dict]:
-    """``(filename, description)`` of the export in ``directory``, whichever model wrote it; a directory
-    that holds none is a :class:`CheckpointError` naming it."""
+    """The description of the export in ``directory``, whichever model wrote it.
+
+    Args:
+        directory: the export directory.
+
+    Returns:
+        ``(filename, description)``.
+
+    Raises:
+        CheckpointError: the directory holds no export description; the message names it.
+    """
     directory = Path(directory)
     for filename in CONFIG_FILES:
         if (directory / filename).is_file():
@@ -172,7 +206,20 @@ def find_description(directory: str | Path) -> tuple[str, dict]:
 def export_class(directory: Path, description: Mapping[str, Any], base: type | None = None) -> type:
     """The re-ranker class the export was written by, which must be ``base`` or a subclass of it (so that
     ``AddaxReranker.from_pretrained`` reads an ablation's export as that ablation); without ``base``, any
-    registered class that reads exports (has ``from_pretrained``)."""
+    registered class that reads exports (has ``from_pretrained``).
+
+    Args:
+        directory: the export directory, for messages.
+        description: the export's description.
+        base: the class the caller reads with (``None``: any).
+
+    Returns:
+        The class.
+
+    Raises:
+        CheckpointError: a model this installation does not know, a class that is not ``base`` or a subclass
+            of it, or one that reads no exports.
+    """
     from rerankers import reranker_class
 
     name = description.get("reranker")
@@ -190,7 +237,20 @@ def export_class(directory: Path, description: Mapping[str, Any], base: type | N
 
 def load_pretrained(directory: str | Path):
     """The re-ranker exported to ``directory`` (cross-encoder, bi-encoder, ADDAX or an ablation), read back
-    with its own class's ``from_pretrained``; anything else is a :class:`CheckpointError` naming it."""
+    with its own class's ``from_pretrained``.
+
+    Args:
+        directory: the export directory.
+
+    Returns:
+        The re-ranker, in eval mode, ready to score.
+
+    Raises:
+        CheckpointError: the directory holds no export of a re-ranker; the message names it.
+
+    Example:
+        >>> reranker = load_pretrained("exported/cross-encoder")   # doctest: +SKIP
+    """
     directory = Path(directory)
     _, description = find_description(directory)
     # by name through the registry: importing the model modules here would make an import circle
@@ -201,7 +261,12 @@ def load_pretrained(directory: str | Path):
 
 
 def save_weights(path: Path, state: Mapping[str, Any]) -> None:
-    """Tensors ``state`` as a safetensors file (contiguous CPU copies: safetensors refuses shared storage)."""
+    """Tensors ``state`` as a safetensors file (contiguous CPU copies: safetensors refuses shared storage).
+
+    Args:
+        path: the file to write.
+        state: name -> tensor.
+    """
     from safetensors.torch import save
 
     tensors = {key: value.detach().cpu().contiguous().clone() for key, value in state.items()}
@@ -210,7 +275,17 @@ def save_weights(path: Path, state: Mapping[str, Any]) -> None:
 
 
 def load_weights(path: Path) -> dict:
-    """The tensors of safetensors file ``path``; missing or unreadable is a :class:`CheckpointError`."""
+    """The tensors of safetensors file ``path``.
+
+    Args:
+        path: the file.
+
+    Returns:
+        Name -> tensor.
+
+    Raises:
+        CheckpointError: the file is missing or unreadable.
+    """
     from safetensors.torch import load_file
 
     if not path.is_file():
@@ -233,7 +308,15 @@ def clear_encoder_caches() -> None:
 def write_directory(directory: str | Path, write) -> Path:
     """Call ``write(temporary_directory)``, record every file's size and SHA-256 in :data:`CHECKSUM_FILE`
     and move the result to ``directory`` atomically (an existing ``directory`` is replaced as a whole only
-    when the new one is complete); returns the path."""
+    when the new one is complete).
+
+    Args:
+        directory: the directory to write.
+        write: a function that writes the export's files into the folder it is given.
+
+    Returns:
+        ``directory``, as a path.
+    """
     directory = Path(directory)
     with atomic_directory(directory) as temporary:  # which also gives every file the umask's modes
         write(temporary)
@@ -265,7 +348,13 @@ def _head_layers(classifier):
 
 
 def write_linear_head(classifier, weight, bias) -> None:
-    """Make one-label ``classifier``'s logit ``weight . h[CLS] + bias`` (see the module docstring)."""
+    """Make one-label ``classifier``'s logit ``weight . h[CLS] + bias`` (see the module docstring).
+
+    Args:
+        classifier: a Hugging Face sequence classifier with a BERT- or RoBERTa-style head.
+        weight: ``[1, d]``.
+        bias: ``[1]``.
+    """
     import torch
 
     inner, outer = _head_layers(classifier)
@@ -281,7 +370,14 @@ def write_linear_head(classifier, weight, bias) -> None:
 
 def read_linear_head(classifier):
     """``(weight [1, d], bias [1])`` of the linear head that :func:`write_linear_head` wrote (exact: the
-    scaling is by powers of two)."""
+    scaling is by powers of two).
+
+    Args:
+        classifier: the classifier :func:`write_linear_head` wrote into.
+
+    Returns:
+        ``(weight [1, d], bias [1])``.
+    """
     inner, outer = _head_layers(classifier)
     scale = 2.0 ** LINEAR_SCALE_EXPONENT
     return (inner.weight[0].detach().clone() * scale).reshape(1, -1), outer.bias.detach().clone().reshape(1)
@@ -290,7 +386,11 @@ def read_linear_head(classifier):
 def collapse_two_labels(classifier) -> None:
     """Turn a two-label ``classifier`` into one label whose logit is ``logit[1] - logit[0]``: its output
     layer (the only ``nn.Linear`` with two outputs outside the encoder) is replaced by the difference of
-    its rows, and the config says one label."""
+    its rows, and the config says one label.
+
+    Args:
+        classifier: a two-label Hugging Face sequence classifier (changed in place).
+    """
     import torch
     import torch.nn as nn
 
@@ -314,7 +414,11 @@ def collapse_two_labels(classifier) -> None:
 
 
 def relabel(classifier) -> None:
-    """Give ``classifier``'s config one label named ``relevance`` (what the exported logit is)."""
+    """Give ``classifier``'s config one label named ``relevance`` (what the exported logit is).
+
+    Args:
+        classifier: a Hugging Face sequence classifier (changed in place).
+    """
     config = classifier.config
     config.num_labels = 1
     config.id2label = {0: "relevance"}

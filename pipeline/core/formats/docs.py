@@ -33,14 +33,36 @@ def read_docs(path: str | os.PathLike) -> Iterator[Doc]:
     and ``.W`` body (authors and source left out). An HTML document is its visible text (the ``<title>``
     included; tags, scripts and styles left out) and its id the file name without extension. Errors name the
     file and line, a doc id listed twice included.
+
+    Args:
+        path: a documents file, or a folder of HTML files.
+
+    Yields:
+        The documents, in file order, read lazily.
+
+    Raises:
+        DataFormatError: the first bad line (or a doc id listed twice), named with its file and number.
+
+    Example:
+        >>> next(read_docs("corpus.jsonl")).doc_id   # doctest: +SKIP
+        'MED-10'
     """
     for _, doc in read_docs_numbered(path):
         yield doc
 
 
 def read_docs_numbered(path: str | os.PathLike) -> Iterator[tuple[int | None, Doc]]:
-    """Like :func:`read_docs`, with the 1-based line where each document starts (``None`` for HTML files,
-    one document each)."""
+    """Like :func:`read_docs`, with the 1-based line where each document starts.
+
+    Args:
+        path: a documents file, or a folder of HTML files.
+
+    Yields:
+        ``(line, doc)``; ``line`` is ``None`` for HTML files (one document each).
+
+    Raises:
+        DataFormatError: the first bad line (or a doc id listed twice), named with its file and number.
+    """
     if Path(path).is_dir() or Path(path).suffix.lower() in HTML_SUFFIXES:
         yield from _html_docs(Path(path))  # one document per file: duplicates are checked by file name there
         return
@@ -130,8 +152,17 @@ class _VisibleText(HTMLParser):
 
 
 def html_text(path: str | os.PathLike) -> str:
-    """The visible text of one HTML file (see :class:`_VisibleText`); a byte that is not UTF-8 is an error
-    naming its line."""
+    """The visible text of one HTML file (see :class:`_VisibleText`).
+
+    Args:
+        path: the HTML file.
+
+    Returns:
+        Its visible text, the ``<title>`` included.
+
+    Raises:
+        DataFormatError: a byte that is not UTF-8, named with its line.
+    """
     parser = _VisibleText()
     for _, text in iter_lines(path):
         parser.feed(text + "\n")

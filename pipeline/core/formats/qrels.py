@@ -28,7 +28,14 @@ def is_smart_qrels(path: str | os.PathLike) -> bool:
     """Whether ``path`` holds SMART relevance judgments (``CISI.REL``, CACM's ``qrels.text``): four columns
     ``query_id doc_id 0 0`` on every line, the last written ``0`` or ``0.000000``. Read as TREC qrels they
     would swap the document into the iteration column and judge document ``0`` irrelevant for every query;
-    no TREC qrels file looks like this (every judgment of one document ``0`` with relevance 0)."""
+    no TREC qrels file looks like this (every judgment of one document ``0`` with relevance 0).
+
+    Args:
+        path: a judgments file.
+
+    Returns:
+        Whether it is in the SMART layout.
+    """
     found = False
     for _, text in iter_lines(path):
         parts = text.split()
@@ -57,6 +64,15 @@ def read_qrels(path: str | os.PathLike) -> list[Qrel]:
     The first judgment decides the number of columns; a later line with another number of columns, a
     non-integer relevance or a second judgment of the same (query, document) is an error naming the line.
     A first line that fits no layout is an error listing the accepted ones (:data:`QRELS_FORMATS`).
+
+    Args:
+        path: the qrels file.
+
+    Returns:
+        The judgments, in file order.
+
+    Raises:
+        DataFormatError: the first bad line, named with its number and what was expected, or an empty file.
     """
     qrels: list[Qrel] = []
     seen: dict[tuple[str, str], int] = {}
@@ -114,7 +130,12 @@ def _is_integer(text: str) -> bool:
 
 
 def write_qrels(path: str | os.PathLike, qrels: Iterable[Qrel]) -> None:
-    """Write TREC qrels atomically."""
+    """Write TREC qrels atomically.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        qrels: the judgments.
+    """
     with atomic_write(path) as handle:
         for qrel in qrels:
             handle.write(f"{qrel.query_id} {qrel.iteration} {qrel.doc_id} {qrel.relevance}\n")

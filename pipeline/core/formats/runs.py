@@ -25,6 +25,20 @@ def read_run(
     Errors name the line for: a wrong number of columns, a rank that is not an integer, a score that is not
     a finite number, a document listed twice for one query, and (when ``known_doc_ids`` /
     ``known_query_ids`` are given) ids the collection does not have.
+
+    Args:
+        path: the run file.
+        known_doc_ids: the collection's document ids (``None``: not checked).
+        known_query_ids: the topics' query ids (``None``: not checked).
+
+    Returns:
+        ``{query_id: [ScoredDoc, ...]}`` in file order.
+
+    Raises:
+        DataFormatError: the first bad line, named with its number and what was expected.
+
+    Example:
+        >>> run = read_run("bm25.run", dataset.doc_store(), dataset.queries)   # doctest: +SKIP
     """
     run: Run = {}
     seen: dict[tuple[str, str], int] = {}
@@ -57,13 +71,31 @@ def read_run(
 
 
 def natural_key(text: str) -> tuple:
-    """Sort key that orders ``2`` before ``10`` and keeps non-numeric ids stable."""
+    """Sort key that orders ``2`` before ``10`` and keeps non-numeric ids stable.
+
+    Args:
+        text: an id.
+
+    Returns:
+        A tuple comparing digit runs as numbers.
+
+    Example:
+        >>> sorted(["q10", "q2", "q1"], key=natural_key)
+        ['q1', 'q2', 'q10']
+    """
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def sorted_run(run: Run | Iterable[ScoredDoc]) -> list[ScoredDoc]:
     """All scored docs in canonical order: queries naturally, then score descending, ties by doc id descending
-    (trec_eval's order, :func:`pipeline.core.records.ranked`)."""
+    (trec_eval's order, :func:`pipeline.core.records.ranked`).
+
+    Args:
+        run: a run or scored documents.
+
+    Returns:
+        The scored documents in that order.
+    """
     if not isinstance(run, Mapping):
         grouped: Run = {}
         for scored in run:
@@ -80,6 +112,23 @@ def write_run(path: str | os.PathLike, run: Run | Iterable[ScoredDoc], tag: str 
     whitespace and a score that is not finite (NaN, inf) are errors, and nothing is written.
 
     Scores are written with ``repr`` precision so reading the file back gives the same ranking.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        run: a run or scored documents.
+        tag: the run tag of the last column (one word).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: a tag with whitespace, a document twice for a query, an id with whitespace or a score
+            that is not finite.
+
+    Example:
+        >>> path = write_run("bm25.run", {"q1": [ScoredDoc("q1", "d1", 1.5)]}, tag="bm25")
+        >>> read_run(path)
+        {'q1': [ScoredDoc(query_id='q1', doc_id='d1', score=1.5)]}
     """
     if not re.fullmatch(r"\S+", tag):
         raise ValueError(f"run tag {tag!r} must be one word without whitespace")

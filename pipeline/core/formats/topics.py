@@ -54,7 +54,17 @@ def _formats_list() -> str:
 
 
 def check_topic_field(field: str) -> str:
-    """``field`` if it is one of :data:`TOPIC_FIELDS`, else a :class:`ConfigError` listing them."""
+    """``field`` if it is one of :data:`TOPIC_FIELDS`.
+
+    Args:
+        field: a topic field name.
+
+    Returns:
+        ``field``.
+
+    Raises:
+        ConfigError: another name; the message lists the fields.
+    """
     if field not in TOPIC_FIELDS:
         raise ConfigError(f"topic field {field!r} is not one of {', '.join(TOPIC_FIELDS)}")
     return field
@@ -73,6 +83,20 @@ def read_topics(path: str | os.PathLike, field: str = "title") -> dict[str, Quer
     only ``title`` applies to them. ``<num> Number: MB111`` becomes ``111`` when the rest of the file's
     numbers share the prefix (Microblog topics vs numeric qrels). Empty query text, a topic without the
     chosen field, duplicate ids and lines that fit no format are errors naming the line.
+
+    Args:
+        path: the topics file.
+        field: which text becomes the query (see above).
+
+    Returns:
+        ``{query_id: Query}`` in file order.
+
+    Raises:
+        DataFormatError: the first bad line, named with its number and what was expected.
+        ConfigError: an unknown ``field``.
+
+    Example:
+        >>> queries = read_topics("topics.401-450.txt", field="title+description")   # doctest: +SKIP
     """
     check_topic_field(field)
     lines = list(iter_lines(path))
@@ -224,7 +248,12 @@ def _read_smart_topics(path, lines, field: str) -> dict[str, Query]:
 
 
 def write_topics_tsv(path: str | os.PathLike, queries: Iterable[Query]) -> None:
-    """Write ``id<TAB>text`` topics atomically."""
+    """Write ``id<TAB>text`` topics atomically.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        queries: the queries.
+    """
     with atomic_write(path) as handle:
         for query in queries:
             handle.write(f"{query.query_id}\t{query.text}\n")
