@@ -58,6 +58,8 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "rerankers.blocks.wavefront": None,
     "rerankers.lru": None,
     "rerankers.wordpieces": None,
+    "rerankers.embeddings": None,
+    "rerankers.hf_export": None,
     "rerankers.training.data": None,
     "rerankers.training.loop": None,
     "rerankers.training.optim": None,
@@ -71,6 +73,20 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "indexes.bm25s": ("Bm25sRetriever", "bm25s_first_stage"),
     "indexes.dense": ("DenseRetriever", "dense_options", "dense_first_stage"),
     "indexes.hybrid": ("HybridRetriever", "hybrid_options", "hybrid_first_stage"),
+    "indexes.dense_encoder": None,
+    # the notebook API, the PyTerrier API, records, errors, evaluation, datasets and evaluation protocols
+    "pipeline.api": None,
+    "pipeline.core.records": None,
+    "pipeline.core.errors": None,
+    "pipeline.core.evaluation": None,
+    "pipeline.core.measures": None,
+    "pipeline.core.datasets.registry": None,
+    "pipeline.core.datasets.dataset": None,
+    "pipeline.core.formats.runs": None,
+    "pipeline.core.formats.qrels": None,
+    "pipeline.core.formats.topics": None,
+    "pipeline.core.formats.docs": None,
+    "pipeline.engine.protocols": None,
 }
 
 #: the main entry points: each shows a short ``>>>`` example
@@ -81,7 +97,13 @@ ENTRY_POINTS = (
     "rerankers.neural.WordReranker.load", "rerankers.transformer_base.TransformerReranker.load",
     "rerankers.cross_encoder.CrossEncoderReranker.load", "rerankers.bi_encoder.BiEncoderReranker.load",
     "indexes.registry.register", "indexes.registry.make_first_stage", "indexes.registry.available",
-    "indexes.lucene.build_index",
+    "indexes.lucene.build_index", "pipeline.api.Reranker.load", "pipeline.api.Reranker.score",
+    "pipeline.api.Reranker.rank", "pipeline.api.load_model",
+    "pipeline.core.evaluation.evaluate", "pipeline.core.evaluation.compare",
+    "pipeline.core.datasets.registry.load_dataset",
+    "pipeline.core.datasets.registry.register_dataset", "pipeline.core.formats.runs.read_run",
+    "pipeline.core.formats.topics.read_topics", "pipeline.core.formats.docs.read_docs",
+    "rerankers.hf_export.load_pretrained",
 )
 
 #: entry points whose examples are cheap enough to run here (no model, no collection)
@@ -91,6 +113,14 @@ RUN_EXAMPLES = (
     "indexes.registry.available", "indexes.registry.first_stage_options", "indexes.options.option_names",
     "indexes.base.Retriever.search", "indexes.base.RunRetriever.search", "rerankers.blocks.wavefront.active_slots",
     "rerankers.wordpieces.pad_ids", "rerankers.wordpieces.unique_rows", "rerankers.lru.LRUCache.__init__",
+    "pipeline.api.as_docs", "pipeline.core.records.ranked", "pipeline.core.records.minmax",
+    "pipeline.core.errors.DataFormatError.__init__", "pipeline.core.evaluation.evaluate",
+    "pipeline.core.evaluation.correct_pvalues", "pipeline.core.evaluation.run_name",
+    "pipeline.core.evaluation.run_labels",
+    "pipeline.core.measures.parse_measures", "pipeline.core.measures.canonical_measures",
+    "pipeline.core.measures.split_measure_name", "pipeline.engine.protocols.hold_out",
+    "pipeline.core.formats.runs.natural_key", "pipeline.core.formats.runs.write_run",
+    "rerankers.embeddings.oov_bounds",
 )
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>Args|Arguments|Returns|Yields|Raises|Example|Examples|"
@@ -161,8 +191,9 @@ def returns_value(function) -> bool:
     nested = {id(node) for child in ast.walk(body) if child is not body
               and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
               for node in ast.walk(child)}
-    return any(id(node) not in nested and (isinstance(node, (ast.Yield, ast.YieldFrom)) or (
-               isinstance(node, ast.Return) and node.value is not None
+    # a bare ``yield`` (a context manager's) gives nothing; ``yield value`` and ``return value`` do
+    return any(id(node) not in nested and (isinstance(node, ast.YieldFrom) or (
+               isinstance(node, (ast.Return, ast.Yield)) and node.value is not None
                and not (isinstance(node.value, ast.Constant) and node.value.value is None)))
                for node in ast.walk(body))
 
