@@ -54,7 +54,14 @@ def seed_ir_datasets_cache(dataset_id: str, mirror: Path | None) -> list[Path]:
     """Copy into ir_datasets' cache every archive of ``dataset_id``'s top-level collection that the mirror has.
 
     A mirror file matches an ir_datasets download by file name (its ``cache_path`` or URL basename) and
-    must have the expected md5; a file with another md5 is skipped with a warning. Returns the files placed.
+    must have the expected md5; a file with another md5 is skipped with a warning.
+
+    Args:
+        dataset_id: an ir_datasets id.
+        mirror: the mirror directory (``None``: nothing to copy).
+
+    Returns:
+        The files placed in the cache.
     """
     if mirror is None or not mirror.is_dir():
         return []
@@ -90,8 +97,20 @@ def seed_ir_datasets_cache(dataset_id: str, mirror: Path | None) -> list[Path]:
 
 
 def load_ir_dataset(dataset_id: str, mirror: Path | None = None) -> Dataset:
-    """Load an ir_datasets id (after seeding its cache from the mirror). Queries and qrels are read now
-    (so a failed download surfaces here); documents are iterated lazily."""
+    """Load an ir_datasets id (after seeding its cache from the mirror).
+
+    Queries and qrels are read now (so a failed download surfaces here); documents are iterated lazily.
+
+    Args:
+        dataset_id: an ir_datasets id (``vaswani``, ``msmarco-passage/trec-dl-2019/judged`` ...).
+        mirror: the offline mirror of its archives (``None``: none).
+
+    Returns:
+        The dataset.
+
+    Raises:
+        DatasetNotFoundError: an id ir_datasets does not know.
+    """
     import ir_datasets
 
     seed_ir_datasets_cache(dataset_id, mirror)
@@ -125,8 +144,15 @@ _FAILED_PATH = re.compile(r"url: (\S+?)(?: \(|$)")
 
 
 def failed_archive(error: BaseException) -> str | None:
-    """The URL of the archive a failed ir_datasets download was fetching (read from the error's text:
-    requests names the host and the path), or ``None`` when the error does not say."""
+    """The URL of the archive a failed ir_datasets download was fetching.
+
+    Args:
+        error: the exception out of ir_datasets.
+
+    Returns:
+        The URL read from the error's text (requests names the host and the path), or ``None`` when the
+        error does not say.
+    """
     for candidate in (error, error.__cause__, error.__context__):
         if candidate is None:
             continue
@@ -141,18 +167,33 @@ def failed_archive(error: BaseException) -> str | None:
 
 
 def ir_dataset_ids() -> list[str]:
-    """Every id ir_datasets registers (for did-you-mean hints; imports ir_datasets)."""
+    """Every id ir_datasets registers (for did-you-mean hints; imports ir_datasets).
+
+    Returns:
+        The ids.
+    """
     import ir_datasets
 
     return list(ir_datasets.registry._registered)
 
 
 def is_download_failure(error: BaseException) -> bool:
-    """Whether an exception out of ir_datasets is a failed download (it raises plain RuntimeErrors for them)."""
+    """Whether an exception out of ir_datasets is a failed download (it raises plain RuntimeErrors for them).
+
+    Args:
+        error: the exception.
+
+    Returns:
+        True for a failed download.
+    """
     text = repr(error)
     return "download" in text.lower() or "ConnectionError" in text or "NameResolution" in text
 
 
 def ir_datasets_home() -> Path:
-    """ir_datasets' cache folder (``IR_DATASETS_HOME``, else ``~/.ir_datasets``), named in error messages."""
+    """ir_datasets' cache folder, named in error messages.
+
+    Returns:
+        ``IR_DATASETS_HOME``, else ``~/.ir_datasets``.
+    """
     return Path(os.environ.get("IR_DATASETS_HOME", Path.home() / ".ir_datasets"))

@@ -38,6 +38,20 @@ def load_local(path: str | os.PathLike, name: str | None = None) -> Dataset:
     file); otherwise files named ``*topic*``/``*quer*``/``*.qry``, ``*qrel*``/``*.rel`` and
     ``*doc*``/``*corpus*``/``*collection*``/``*.all*`` (or a folder so named holding HTML files) are read as
     TREC or SMART files.
+
+    Args:
+        path: the directory.
+        name: the dataset's name (default: the manifest's ``name``, else the directory's name).
+
+    Returns:
+        The dataset.
+
+    Raises:
+        DatasetNotFoundError: not a directory, or no layout recognised.
+        DataFormatError: a bad manifest or file, named with its line.
+
+    Example:
+        >>> dataset = load_local("my-collection")   # doctest: +SKIP
     """
     root = Path(path)
     if not root.is_dir():
@@ -84,6 +98,9 @@ def refuse_links_out(root: Path) -> None:
     Its files are found by name, so a link ``topics.tsv -> /etc/passwd`` would be read, and a parse error
     would quote the outside file's first line. The error names the link, never the file it leads to.
 
+    Args:
+        root: the dataset directory.
+
     Raises:
         DataFormatError: naming the first such link.
     """
@@ -113,7 +130,22 @@ def beir_dataset(name: str, root: Path, corpus: Path | None = None, queries: Pat
                  qrels: Path | None = None, topic_field: str = "title") -> Dataset:
     """A BEIR folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``)
     and ``qrels/<split>.tsv`` (a ``query-id corpus-id score`` header, then 3 columns), each split file
-    giving a split of the same name (``train``, ``dev``, ``test``). Paths default to BEIR's names."""
+    giving a split of the same name (``train``, ``dev``, ``test``). Paths default to BEIR's names.
+
+    Args:
+        name: the dataset's name.
+        root: the BEIR folder.
+        corpus: the documents file (default ``root/corpus.jsonl``).
+        queries: the queries file (default ``root/queries.jsonl``).
+        qrels: the folder of ``<split>.tsv`` judgments (default ``root/qrels``).
+        topic_field: which text of a query is used (:data:`pipeline.core.formats.TOPIC_FIELDS`).
+
+    Returns:
+        The dataset, one split per qrels file.
+
+    Raises:
+        DatasetNotFoundError: no qrels files.
+    """
     corpus = corpus or _beir_file(root, BEIR_CORPUS) or root / BEIR_CORPUS[0]
     queries = queries or _beir_file(root, BEIR_QUERIES) or root / BEIR_QUERIES[0]
     qrels = qrels or root / BEIR_QRELS
@@ -184,6 +216,18 @@ def confined_path(root: Path, manifest: Path, field: str, value: Any) -> Path:
     its parse errors quote) a file the dataset does not own. The error names the manifest and the field,
     never the outside file's content. A missing file inside the directory is left to the readers, whose
     ``file not found`` names it.
+
+    Args:
+        root: the dataset directory.
+        manifest: the manifest file, for messages.
+        field: the manifest field, for messages.
+        value: the field's value.
+
+    Returns:
+        The path inside ``root``.
+
+    Raises:
+        DataFormatError: a value that is no relative path, or a path that leaves ``root``.
     """
     if not isinstance(value, str) or not value.strip():
         raise DataFormatError(manifest, None, f"field {field!r} must be a path relative to the dataset directory, "

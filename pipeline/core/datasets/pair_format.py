@@ -78,8 +78,19 @@ def read_pair_folder(folder: str | os.PathLike, split: str = "", qid_prefix: str
     In the ``qid docid`` and ``qid docid label`` layouts, doc ids that name different texts within the
     folder (candidates numbered per question: ``0 0``, ``0 1``, ``1 0`` ...) are local to their question:
     every doc id of the folder then becomes ``<qid>-<docid>``; in the 4- and 6-column layouts doc ids are
-    global (a tweet retrieved for two queries is one document). Other files of the folder (``url.txt``, ``boundary.txt``, ``numrels.txt``) are not
-    read. Errors name the file and line.
+    global (a tweet retrieved for two queries is one document). Other files of the folder (``url.txt``,
+    ``boundary.txt``, ``numrels.txt``) are not read.
+
+    Args:
+        folder: the folder of the four files.
+        split: the split's name.
+        qid_prefix: prepended to every query id (and to doc ids made from them).
+
+    Returns:
+        The split.
+
+    Raises:
+        DataFormatError: a missing file, or a bad line named with its file and number.
     """
     folder = Path(folder)
     missing = [name for name in PAIR_FILES if not (folder / name).is_file()]
@@ -203,7 +214,19 @@ def read_wikiqa_tsv(path: str | os.PathLike, split: str = "", qid_prefix: str = 
     reads): a header :data:`WIKIQA_COLUMNS`, then one candidate sentence per line. Query ids are
     ``QuestionID`` (``Q1``), doc ids ``SentenceID`` (``D1-0``), the label ``Label``; the file order is the
     candidate ranking. The split is named after the file (``WikiQA-train.tsv``: ``train``) unless ``split``
-    says otherwise. Errors name the file and line."""
+    says otherwise.
+
+    Args:
+        path: the TSV file.
+        split: the split's name (default: from the file name).
+        qid_prefix: prepended to every query id.
+
+    Returns:
+        The split.
+
+    Raises:
+        DataFormatError: a bad header or line, named with its file and number.
+    """
     path = Path(path)
     rows: list[_Row] = []
     header = None
@@ -234,13 +257,31 @@ def read_wikiqa_tsv(path: str | os.PathLike, split: str = "", qid_prefix: str = 
 
 
 def wikiqa_split_name(path: Path) -> str:
-    """``WikiQA-train.tsv`` -> ``train``: the part of the file name after its last ``-`` (the whole stem
-    when there is none)."""
+    """The split a WikiQA file holds: the part of the file name after its last ``-`` (the whole stem when
+    there is none).
+
+    Args:
+        path: the TSV file.
+
+    Returns:
+        The split's name.
+
+    Example:
+        >>> wikiqa_split_name(Path("WikiQA-train.tsv"))
+        'train'
+    """
     return path.stem.rsplit("-", 1)[-1].lower()
 
 
 def is_wikiqa_tsv(path: Path) -> bool:
-    """True when ``path`` is a file whose first line is WikiQA's TSV header."""
+    """Whether ``path`` is a file whose first line is WikiQA's TSV header.
+
+    Args:
+        path: a file or folder.
+
+    Returns:
+        True for a WikiQA TSV file.
+    """
     if not path.is_file() or path.suffix.lower() != ".tsv":
         return False
     with open(path, "rb") as handle:
@@ -249,7 +290,16 @@ def is_wikiqa_tsv(path: Path) -> bool:
 
 
 def read_pair_split(path: str | os.PathLike, split: str = "", qid_prefix: str = "") -> PairSplit:
-    """One split of pairs: a pair folder (:func:`read_pair_folder`) or a WikiQA TSV file (:func:`read_wikiqa_tsv`)."""
+    """One split of pairs: a pair folder (:func:`read_pair_folder`) or a WikiQA TSV file (:func:`read_wikiqa_tsv`).
+
+    Args:
+        path: the folder or TSV file.
+        split: the split's name.
+        qid_prefix: prepended to every query id.
+
+    Returns:
+        The split.
+    """
     path = Path(path)
     if path.is_file():
         return read_wikiqa_tsv(path, split, qid_prefix)
@@ -274,6 +324,15 @@ def pair_dataset(
     Query ids are kept as they are unless two splits use the same id for different questions (WikiQA,
     TrecQA number queries per split); then every id becomes ``<split>/<id>``. Qrels come from the given
     TREC qrels files (Microblog: the official NIST judgments) or else from the ``sim.txt`` labels.
+
+    Args:
+        name: the dataset's name.
+        split_folders: ``{split: folder or WikiQA TSV file}``.
+        qrels_files: TREC qrels files that replace the labels as judgments.
+        source: where the data came from, for reports.
+
+    Returns:
+        The dataset, one split per entry of ``split_folders``.
     """
     raw_ids: dict[str, set[str]] = {}
     for split, folder in split_folders.items():

@@ -35,6 +35,23 @@ def trec_dataset(
     ``topic_field`` picks each topic's text (:data:`pipeline.core.formats.TOPIC_FIELDS`: ``title``,
     ``description`` ...). ``split_qrels`` (``{split: qrels file}``, BEIR's ``qrels/train.tsv`` ...) adds
     those files' judgments and makes one split of each file's judged queries.
+
+    Args:
+        name: the dataset's name.
+        topics: the topics file.
+        qrels: the judgments file (``None``: none).
+        docs: the documents files (or folders of HTML files).
+        run: a first-stage run to ship with the data.
+        judged_only: keep only the topics that have judgments.
+        source: where the data came from, for reports.
+        topic_field: which text of a topic is the query.
+        split_qrels: ``{split: qrels file}``, one split each.
+
+    Returns:
+        The dataset; documents are read lazily.
+
+    Raises:
+        DataFormatError: a bad line in the topics, qrels or run.
     """
     queries = formats.read_topics(topics, topic_field)
     judgments = formats.read_qrels(qrels) if qrels else []
