@@ -82,6 +82,10 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "pipeline.core.measures": None,
     "pipeline.core.datasets.registry": None,
     "pipeline.core.datasets.dataset": None,
+    "pipeline.core.datasets.local": None,
+    "pipeline.core.datasets.irds": None,
+    "pipeline.core.datasets.trec_format": None,
+    "pipeline.core.datasets.pair_format": None,
     "pipeline.core.formats.runs": None,
     "pipeline.core.formats.qrels": None,
     "pipeline.core.formats.topics": None,
@@ -120,7 +124,7 @@ RUN_EXAMPLES = (
     "pipeline.core.measures.parse_measures", "pipeline.core.measures.canonical_measures",
     "pipeline.core.measures.split_measure_name", "pipeline.engine.protocols.hold_out",
     "pipeline.core.formats.runs.natural_key", "pipeline.core.formats.runs.write_run",
-    "rerankers.embeddings.oov_bounds",
+    "rerankers.embeddings.oov_bounds", "pipeline.core.datasets.pair_format.wikiqa_split_name",
 )
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>Args|Arguments|Returns|Yields|Raises|Example|Examples|"
