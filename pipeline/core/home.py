@@ -17,7 +17,12 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def home() -> Path:
-    """``PIPELINE_HOME``, else the source checkout (it has a ``pyproject.toml``), else ``~/.cache/neural-rerank``."""
+    """Where the project keeps what it builds (models, indexes, caches, runs).
+
+    Returns:
+        ``PIPELINE_HOME``, else the source checkout (it has a ``pyproject.toml``), else
+        ``~/.cache/neural-rerank``.
+    """
     explicit = os.environ.get("PIPELINE_HOME")
     if explicit:
         return Path(explicit).expanduser()
@@ -27,18 +32,32 @@ def home() -> Path:
 
 
 def index_root(kind: str) -> Path:
-    """Where indexes of ``kind`` (``lucene``, ``codes``) live: ``PIPELINE_INDEX_DIR``, else
-    ``<home>/indexes/cache/<kind>``."""
+    """Where indexes of ``kind`` live.
+
+    Args:
+        kind: ``lucene``, ``codes``, ``dense``, ``bm25s`` ...
+
+    Returns:
+        ``PIPELINE_INDEX_DIR``, else ``<home>/indexes/cache/<kind>``.
+    """
     explicit = os.environ.get("PIPELINE_INDEX_DIR")
     return Path(explicit).expanduser() if explicit else home() / "indexes" / "cache" / kind
 
 
 def model_root() -> Path:
-    """Where trained re-rankers are cached: ``PIPELINE_MODEL_DIR``, else ``<home>/models``."""
+    """Where trained re-rankers are cached.
+
+    Returns:
+        ``PIPELINE_MODEL_DIR``, else ``<home>/models``.
+    """
     explicit = os.environ.get("PIPELINE_MODEL_DIR")
     return Path(explicit).expanduser() if explicit else home() / "models"
 
 
 def runs_root() -> Path:
-    """Where runs and reports go by default: ``<home>/runs``."""
+    """Where runs and reports go by default.
+
+    Returns:
+        ``<home>/runs``.
+    """
     return home() / "runs"

@@ -20,7 +20,18 @@ from .errors import ConfigError, PipelineError
 
 
 class Registry:
-    """Names -> objects of one role (``kind``, e.g. "re-ranker"), extended by entry points of ``group``."""
+    """Names -> objects of one role (``kind``, e.g. "re-ranker"), extended by entry points of ``group``.
+
+    Args:
+        kind: what the objects are, for messages.
+        group: the entry-point group plugins declare their objects in.
+        builtin: the built-in names and their targets.
+
+    Example:
+        >>> registry = Registry("widget", "no_such_group", {"plain": "pathlib:Path"})
+        >>> registry.names(), registry.load("plain").__name__
+        (['plain'], 'Path')
+    """
 
     def __init__(self, kind: str, group: str, builtin: dict[str, Any] | None = None):
         self.kind = kind
@@ -28,8 +39,16 @@ class Registry:
         self._entries: dict[str, Any] = dict(builtin or {})
 
     def register(self, name: str, target: Any) -> None:
-        """Add ``name`` (``target``: ``"module:attribute"`` or the object). Registering a name again with
-        another target is an error (a plugin must not silently replace a built-in)."""
+        """Add ``name``.
+
+        Args:
+            name: the name.
+            target: ``"module:attribute"`` (imported on first use) or the object.
+
+        Raises:
+            PipelineError: the name is registered with another target (a plugin must not silently replace a
+                built-in).
+        """
         if name in self._entries and self._entries[name] != target:
             raise PipelineError(f"{self.kind} {name!r} is already registered as {self._entries[name]!r}")
         self._entries[name] = target
@@ -38,15 +57,30 @@ class Registry:
         return {point.name: point for point in entry_points(group=self.group)}
 
     def names(self) -> list[str]:
-        """Every name: registered in process and from installed packages' entry points, sorted."""
+        """Every name: registered in process and from installed packages' entry points.
+
+        Returns:
+            The names, sorted.
+        """
         return sorted(set(self._entries) | set(self._plugins()))
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries or name in self._plugins()
 
     def load(self, name: str, known: Iterable[str] | None = None) -> Any:
-        """The object registered under ``name``; an unknown name is a :class:`ConfigError` listing the known
-        ones (``known``: how to list them, default :meth:`names`)."""
+        """The object registered under ``name``.
+
+        Args:
+            name: the name.
+            known: the names an error lists (default: :meth:`names`).
+
+        Returns:
+            The object, imported when it was registered as ``"module:attribute"``.
+
+        Raises:
+            ConfigError: an unknown name; the message lists the known ones.
+            PipelineError: a plugin's entry point that cannot be loaded.
+        """
         if name in self._entries:
             target = self._entries[name]
             if not isinstance(target, str):

@@ -7,7 +7,18 @@ import sys
 
 
 def resolve_device(name: str = "auto"):
-    """A torch device: ``auto`` picks CUDA when available."""
+    """A torch device: ``auto`` picks CUDA when available.
+
+    Args:
+        name: ``auto``, or a torch device name (``cpu``, ``cuda:1``).
+
+    Returns:
+        The ``torch.device``.
+
+    Example:
+        >>> resolve_device("cpu").type
+        'cpu'
+    """
     import torch
 
     if name == "auto":
@@ -16,8 +27,13 @@ def resolve_device(name: str = "auto"):
 
 
 def native_bf16() -> bool:
-    """True when this CPU multiplies bfloat16 matrices in hardware (AMX tiles or AVX512-BF16), where
-    bfloat16 scoring is faster than float32; elsewhere torch emulates bfloat16 and it is slower."""
+    """Whether this CPU multiplies bfloat16 matrices in hardware (AMX tiles or AVX512-BF16).
+
+    There bfloat16 scoring is faster than float32; elsewhere torch emulates bfloat16 and it is slower.
+
+    Returns:
+        True with AMX or AVX512-BF16.
+    """
     import torch
 
     checks = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
@@ -31,6 +47,12 @@ PRECISIONS = ("auto", "float32", "bf16", "int8")
 def native_bf16_on(device=None) -> bool:
     """True when ``device`` (default: :func:`resolve_device` ``auto``) computes bfloat16 natively: a CUDA GPU
     that supports it (Ampere and later), or a CPU with AMX or AVX512-BF16 (:func:`native_bf16`).
+
+    Args:
+        device: a torch device or its name (``None``: what ``auto`` picks).
+
+    Returns:
+        Whether bfloat16 is native there.
 
     Example:
         >>> isinstance(native_bf16_on("cpu"), bool)
@@ -47,6 +69,14 @@ def native_bf16_on(device=None) -> bool:
 def requested_precision(precision: str = "auto", bf16: bool = False, int8: bool = False) -> str:
     """The precision asked for by ``--precision`` and its shortcuts ``--bf16`` / ``--int8`` together: one of
     :data:`PRECISIONS` (``auto`` unless something was named).
+
+    Args:
+        precision: ``--precision``'s value.
+        bf16: ``--bf16`` was given.
+        int8: ``--int8`` was given.
+
+    Returns:
+        The one precision named, or ``auto``.
 
     Raises:
         ValueError: an unknown precision, or two that contradict each other (``--bf16 --int8``,
@@ -72,6 +102,9 @@ def environment_precision() -> str:
     """``PIPELINE_PRECISION`` (one of :data:`PRECISIONS`; unset: ``auto``): a host-wide choice for
     ``--precision auto``, e.g. float32 for a test suite whose expected scores are float32's.
 
+    Returns:
+        The variable's value, ``auto`` when unset.
+
     Raises:
         ValueError: a value that is not one of :data:`PRECISIONS`.
     """
@@ -89,6 +122,19 @@ def resolve_precision(precision: str = "auto", bf16: bool = False, int8: bool = 
     ``float32``: emulated bfloat16 is slower than float32, and the 3-seed checks in
     ``benchmarks/results/speed/bf16-cost.md`` found no metric moved by bfloat16 scoring. The environment
     variable ``PIPELINE_PRECISION`` (one of :data:`PRECISIONS`) replaces ``auto`` when set.
+
+    Args:
+        precision: ``--precision``'s value.
+        bf16: ``--bf16`` was given.
+        int8: ``--int8`` was given.
+        supports_bf16: the re-ranker can score in bfloat16 (a torch model).
+        device: where it scores (``None``: what ``auto`` picks).
+
+    Returns:
+        ``float32``, ``bf16`` or ``int8``.
+
+    Raises:
+        ValueError: contradicting requests, or a bad ``PIPELINE_PRECISION``.
 
     Example:
         >>> resolve_precision("auto", supports_bf16=False)
@@ -115,7 +161,11 @@ def keep_freed_memory() -> bool:
     for a few hundred pairs), and re-mapping them cost HCAN a fifth of its scoring time (BENCHMARKS.md,
     "Scoring throughput"). The price is memory: the process keeps its peak until it exits. The command lines
     call this at start; importing the package never does, since the allocator belongs to the process that
-    embeds it (a notebook can call this itself)."""
+    embeds it (a notebook can call this itself).
+
+    Returns:
+        Whether the setting applied.
+    """
     if os.environ.get("PIPELINE_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
         return False
     import ctypes
@@ -131,10 +181,13 @@ def keep_freed_memory() -> bool:
 
 
 def set_threads(threads: int | None = None) -> None:
-    """Limit torch's CPU threads (``threads``, else ``PIPELINE_THREADS``; unset keeps torch's default).
+    """Limit torch's CPU threads.
 
     On a small shared machine, torch's default of one thread per core makes small batched operations
     spin-wait on each other when another process is busy: one thread per process is then far faster.
+
+    Args:
+        threads: the number of threads (``None`` or 0: ``PIPELINE_THREADS``; unset keeps torch's default).
     """
     threads = threads or int(os.environ.get("PIPELINE_THREADS", "0") or 0)
     if threads > 0:
@@ -145,7 +198,11 @@ def set_threads(threads: int | None = None) -> None:
 
 def seed_everything(seed: int) -> None:
     """Seed Python's and NumPy's generators and, when torch is loaded, torch's (CPU and CUDA), asking it for
-    deterministic kernels. Called at the start of a run and again by the training loop once torch is in."""
+    deterministic kernels. Called at the start of a run and again by the training loop once torch is in.
+
+    Args:
+        seed: the seed.
+    """
     random.seed(seed)
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
     import numpy
