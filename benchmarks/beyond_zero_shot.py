@@ -7,7 +7,7 @@ Two commands::
         --model all-MiniLM-L6-v2 --seeds 1 2 3 --threads 1 \\
         --output benchmarks/results/cranfield/bi-encoder-zero-shot-safe.json
 
-    # rebuild the summary from the result files (tests/test_safe_combination.py fails when it is stale)
+    # rebuild the summary from the result files (tests/pipeline/engine/test_safe_combination.py fails when it is stale)
     python benchmarks/beyond_zero_shot.py build
 
 ``measure`` scores every query a rule needs once per seed (a zero-shot model once for all seeds), then applies,

@@ -14,7 +14,7 @@ micro-batches whose gradients add up under ``no_sync()`` before the last one's `
 Dropout draws from torch's generator, seeded ``seed + rank`` on each rank: the ranks drop different units
 of their different examples, like one process would; model initialisation is unaffected (DDP broadcasts
 rank 0's weights). With dropout, 2 processes therefore do not reproduce 1 process bit for bit; with dropout 0
-they do, within float rounding (docs/distributed.md, tests/test_distributed.py).
+they do, within float rounding (docs/distributed.md, tests/infra/test_distributed.py).
 
 Dev evaluation, early stopping, checkpoints and training states are rank 0's; its decisions are broadcast.
 Scoring (``pipeline.engine.stages.rerank``) deals the chunks of queries to the ranks and gathers their scores, each

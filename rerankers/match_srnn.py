@@ -225,7 +225,7 @@ def reference_spatial_gru(gru: SpatialGRU, s: torch.Tensor) -> torch.Tensor:
 
     This is the plain double loop over ``i = 1..M``, ``j = 1..N`` with ``h`` 1-based and zero borders
     (``h_{0,j} = h_{i,0} = 0``), using ``gru``'s parameters exactly as laid out there. It is deliberately
-    slow (``M * N`` sequential steps of small ops) and exists for tests (``tests/test_match_srnn.py``) and
+    slow (``M * N`` sequential steps of small ops) and exists for tests (``tests/rerankers/test_match_srnn.py``) and
     for the wavefront speed benchmark (``benchmarks/match_srnn_wavefront.py``); the model never calls it.
     States are kept in a Python grid, not written in place into one tensor, so autograd works through it
     without copying the whole grid at every cell.

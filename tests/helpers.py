@@ -1,13 +1,16 @@
-"""Helpers shared by the test modules (the re-ranker ones, and those of the benchmark scripts).
+"""Helpers shared by the test modules: every constant, builder and fixture more than one module uses lives here,
+so that no test module imports another.
 
-Each module keeps its own constants (``VOCAB``, ``WORDS``, model settings) and passes them in explicitly,
+Constants only one module uses (``VOCAB``, ``WORDS``, model settings) stay in it and are passed in explicitly,
 typically by binding them once with :func:`functools.partial` at the top of the module.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
+import socket
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,10 @@ import torch
 from pipeline.core.atomic import write_text
 from pipeline.core.datasets import Dataset
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.engine.fitting import untrained_reranker
+from pipeline.engine.protocols import PerQueryReranker, make_protocol
+from rerankers import reranker_class
+from rerankers.hcan import HCANReranker
 from rerankers.training.data import RankingData
 
 
@@ -236,3 +243,339 @@ def ctrl_c_as_at_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# ---------------------------------------------------------------- shared by several test modules
+# Each block below was defined in one test module and imported from it by others; it lives here so that
+# no test module imports another.
+
+
+# -- a tiny random BERT with MiniLM's tokenizer, and a query with documents for it
+
+ENCODER_WORDS = ["apple", "river", "mountain", "guitar", "window", "coffee", "tiger", "planet", "garden",
+                 "silver", "doctor", "engine", "forest", "winter", "castle", "rocket", "violin", "desert", "island",
+                 "bridge"]
+ENCODER_QUERY = Query("q1", "who founded the power station band")
+ENCODER_DOCS = [
+    Doc("d1", "power station is a taiwanese pop rock group founded in 1994 by two singers"),
+    Doc("d2", "a power station is a factory that burns coal to make electricity"),
+    Doc("d3", "tigers live in forests"),
+    Doc("d4", ""),
+    Doc("d5", "the band released many albums and toured across asia for a decade with great success"),
+]
+
+
+def make_tiny_encoder(folder) -> str:
+    """A random 2-layer, 32-wide BERT with the MiniLM tokenizer, saved to ``folder``."""
+    from transformers import BertConfig, BertModel
+
+    from infra.encoders import load_encoder
+
+    tokenizer, _ = load_encoder()
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+# -- every re-ranker built small, and a collection whose queries batch together
+
+TRANSFORMER_RERANKERS = {"cross-encoder", "bi-encoder", "addax", "addax-no-mags", "addax-no-hw", "addax-no-hd",
+                         "addax-att-mags"}
+#: per-query and cross-query scores may differ by float rounding only
+BATCHING_TOLERANCE = 1e-5
+
+
+def varied_dataset(seed: int = 0) -> Dataset:
+    """Seven queries of 1-5 words with 0-9 candidates of 1-24 words each; document ``shared`` is a candidate
+    of the first three queries (and of the first query twice, under the same id)."""
+    rng = random.Random(seed)
+    queries, docs, qrels, run = {}, {"shared": Doc("shared", " ".join(ENCODER_WORDS[:7]))}, [], {}
+    for number in range(7):
+        qid = f"q{number}"
+        queries[qid] = Query(qid, " ".join(rng.sample(ENCODER_WORDS, rng.randint(1, 5))))
+        ids = [f"{qid}-d{i}" for i in range(0 if number == 6 else rng.randint(2, 9))]
+        for doc_id in ids:
+            docs[doc_id] = Doc(doc_id, " ".join(rng.choice(ENCODER_WORDS) for _ in range(rng.randint(1, 24))))
+        if number < 3:
+            ids.insert(rng.randrange(len(ids) + 1), "shared")
+        if number == 0:
+            ids.append("shared")
+        run[qid] = [ScoredDoc(qid, doc_id, -float(rank)) for rank, doc_id in enumerate(ids)]
+        qrels += [Qrel(qid, doc_id, int(rank == 0)) for rank, doc_id in enumerate(ids)]
+    return Dataset("varied", queries, qrels, lambda: docs.values(), "varied", {"train": list(queries)}, run,
+                   _store=docs)
+
+
+def word_model(name: str, dataset: Dataset, seed: int = 1):
+    """Re-ranker ``name`` built small as the pipeline builds it (``from_options`` and ``prepare`` are
+    optional: a plugin written as docs/plugins.md shows may have neither) and prepared on ``dataset``."""
+    cls = reranker_class(name)
+    options = {"embeddings": "random", "embedding_dim": 16} if hasattr(cls, "from_options") else {}
+    reranker = untrained_reranker(cls, options, seed)
+    if hasattr(reranker, "prepare"):
+        reranker.prepare(RankingData.from_dataset(dataset, list(dataset.queries), dataset.first_stage), dataset)
+    return reranker
+
+
+def batched(reranker, items):
+    """``reranker`` with ``score_many`` for ``items``' queries: itself, or (a plugin without it) as the
+    pipeline scores it, query by query behind :class:`PerQueryReranker`."""
+    if hasattr(reranker, "score_many"):
+        return reranker
+    return PerQueryReranker(reranker.name, {query.query_id: reranker for query, _ in items})
+
+
+def transformer_model(name: str, encoder: str, seed: int = 1, **options):
+    settings = {"encoder": encoder, "max_query_length": 8, "max_doc_length": 16, **options}
+    if name.startswith("addax"):
+        settings.update(hidden_dim=8, hash_hidden=8)
+    reranker = reranker_class(name).from_options(settings, seed=seed)
+    reranker.prepare()
+    return reranker
+
+
+# -- tiny Hugging Face classifiers over a 30-word vocabulary; the network refused
+
+HF_WORDS = ["apple", "river", "mountain", "guitar", "window", "coffee", "tiger", "planet", "garden", "silver",
+            "doctor", "engine", "forest", "winter", "castle", "rocket", "violin", "desert", "island", "bridge",
+            "power", "station", "band", "founded", "rock", "pop", "group", "live", "in", "the"]
+HF_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+HF_QUERY = Query("q1", "who founded the power station band")
+HF_DOCS = [
+    Doc("d1", "power station is a pop rock group founded by two singers"),
+    Doc("d2", "a power station is a factory that burns coal"),
+    Doc("d3", "tigers live in forests"),
+    Doc("d4", ""),
+    Doc("d5", "the band toured the island and the desert with a violin and a guitar"),
+]
+HF_POSITIONS = 64  # fewer than the default 32 + 180 + 3 word pieces: the document length must be lowered
+
+
+@pytest.fixture(autouse=True)
+def network_attempts(monkeypatch):
+    """Refuse every connection and name lookup in this process and record the attempts; hub lookups see
+    an offline hub at once (huggingface_hub reads HF_HUB_OFFLINE at import, so its constant is patched)."""
+    import huggingface_hub.constants
+
+    attempts = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network refused by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return attempts
+
+
+def save_tiny_classifier(folder: Path, num_labels: int | None = 1, seed: int = 0) -> str:
+    """A seeded tiny BERT saved with ``save_pretrained`` in ``folder`` with its tokenizer: a
+    ``BertForSequenceClassification`` with ``num_labels`` labels, or a plain ``BertModel`` when None."""
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(HF_SPECIAL + HF_WORDS) + "\n")
+    tokenizer = BertTokenizerFast(vocab=str(folder / "vocab.txt"))  # transformers 5 ignores ``vocab_file``
+    assert tokenizer("power station")["input_ids"][1:3] == [len(HF_SPECIAL) + HF_WORDS.index(w)
+                                                            for w in ("power", "station")]
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(HF_SPECIAL) + len(HF_WORDS), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=HF_POSITIONS,
+                        initializer_range=0.5, num_labels=num_labels or 2)
+    model = BertModel(config) if num_labels is None else BertForSequenceClassification(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def hf_logits(folder: str, query: Query, docs) -> torch.Tensor:
+    """The logits ``[N, num_labels]`` of the saved model, on inputs built by its tokenizer (no project code)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    inputs = tokenizer([query.text] * len(docs), [d.text for d in docs], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**inputs).logits
+
+
+def write_collection(folder: Path) -> Path:
+    """A 2-query TREC collection with a shipped first-stage run (no index to build)."""
+    folder.mkdir()
+    (folder / "topics.tsv").write_text("1\twho founded the power station band\n2\ttigers in the forest\n")
+    (folder / "docs.tsv").write_text("".join(f"{d.doc_id}\t{d.text or 'the'}\n" for d in HF_DOCS))
+    (folder / "qrels.txt").write_text("1 0 d1 1\n1 0 d2 0\n2 0 d3 1\n2 0 d5 0\n")
+    (folder / "bm25.run").write_text("".join(f"{q} Q0 d{i} {i} {10 - i} bm25\n" for q in (1, 2) for i in range(1, 6)))
+    (folder / "dataset.json").write_text(json.dumps({"format": "trec", "topics": "topics.tsv", "qrels": "qrels.txt",
+                                                     "docs": "docs.tsv", "run": "bm25.run"}))
+    return folder
+
+
+# -- a tiny Lucene collection
+
+LUCENE_DOCS = [
+    Doc("cat", "the cat sat on the mat and purred at the cat food"),
+    Doc("dog", "dogs are running in the park chasing a ball"),
+    Doc("fox", "a quick brown fox jumps over the lazy hound"),
+    Doc("quantum", "quantum physics describes particles with wave functions"),
+    Doc("pets", "pets such as a cat or a parrot need food and care"),
+    Doc("market", "the stock market fell sharply on monday"),
+    # filler, so that the words above are rare enough for RM3 to use them (Anserini drops feedback terms
+    # found in more than 10% of the documents)
+    *(Doc(f"filler{i}", f"zzfill{i} yyword{i} xxterm{i}") for i in range(30)),
+]
+
+
+def tiny_lucene_dataset(name: str = "tiny", docs=LUCENE_DOCS, fingerprint: str = "tiny-v1") -> Dataset:
+    queries = {"1": Query("1", "quantum particles"), "2": Query("2", "cat mat")}
+    return Dataset(name, queries, [], lambda: list(docs), fingerprint)
+
+
+# -- the tiny pair-format collection and the tiny HCAN trained on it
+
+TINY_HCAN = {"num_filters": 16, "hidden_dim": 16, "num_layers": 2, "query_slots": 8, "embeddings": "random",
+             "embedding_dim": 16, "epochs": 6, "learning_rate": 0.01, "batch_size": 16, "dropout": 0.0}
+TOPICS = ["alpha bravo", "charlie delta", "echo foxtrot", "golf hotel", "india juliet", "kilo lima",
+          "mike november", "oscar papa", "quebec romeo", "sierra tango", "uniform victor", "whiskey xray"]
+FILLER_WORDS = "the a of in on and to is was for with as by at from".split()
+
+
+def write_pairs(folder: Path, seed: int, topics: list[str], per_query: int = 8) -> None:
+    """A pair-format split: per query, two relevant candidates (with the query words) and random others."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True)
+    rows = []
+    for number, topic in enumerate(topics):
+        for position in range(per_query):
+            words = [rng.choice(FILLER_WORDS) for _ in range(rng.randint(4, 9))]
+            relevant = position < 2
+            if relevant:
+                for word in topic.split():
+                    words.insert(rng.randrange(len(words) + 1), word)
+            else:  # distractor: a word from another topic
+                words.insert(0, rng.choice(" ".join(topics).split()))
+            rows.append((topic, " ".join(words), f"q{number}", int(relevant)))
+    rng.shuffle(rows)
+    rows.sort(key=lambda r: r[2])
+    (folder / "a.toks").write_text("".join(r[0] + "\n" for r in rows))
+    (folder / "b.toks").write_text("".join(r[1] + "\n" for r in rows))
+    (folder / "id.txt").write_text("".join(r[2] + "\n" for r in rows))
+    (folder / "sim.txt").write_text("".join(f"{r[3]}\n" for r in rows))
+
+
+def write_tiny_pairs(root: Path) -> Path:
+    """The tiny pair-format collection under ``root``: train on 8 topics, dev on 2, test on 2; ``root``."""
+    write_pairs(root / "train", 1, TOPICS[:8])
+    write_pairs(root / "dev", 2, TOPICS[8:10])
+    write_pairs(root / "test", 3, TOPICS[10:])
+    return root
+
+
+def train_tiny(dataset, seed=7, use_dev=True, **extra):
+    fold = make_protocol(dataset, None, seed)[0]
+    reranker = HCANReranker.from_options({**TINY_HCAN, **extra}, seed=seed)
+    train = RankingData.from_dataset(dataset, fold.train, dataset.first_stage)
+    dev = RankingData.from_dataset(dataset, fold.dev, dataset.first_stage) if use_dev else None
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train, dev)
+    return reranker, report, fold
+
+
+# -- data-parallel training under torchrun
+
+#: one module-scoped torchrun trains both twins (imports dominate a run on a loaded two-core machine)
+DDP_TRAINING_SCRIPT = """
+import hashlib, sys, torch
+from infra import distributed
+from tests.helpers import train_addax, train_hcan
+
+distributed.init_from_environment()
+torch.set_num_threads(1)
+made, steps = [], {"checked": 0, "differed": 0}
+wrap = distributed.data_parallel
+def recording(module, device, find_unused_parameters=False):
+    wrapped = wrap(module, device, find_unused_parameters)
+    made.append((type(wrapped).__name__, find_unused_parameters))
+    return wrapped
+distributed.data_parallel = recording
+def same_weights_everywhere(optimizer, args, kwargs):  # after every optimizer step, on every rank
+    digest = hashlib.sha256()
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            digest.update(parameter.detach().cpu().numpy().tobytes())
+    steps["checked"] += 1
+    steps["differed"] += len(set(distributed.gather_to_all(digest.hexdigest()))) > 1
+from torch.optim.optimizer import register_optimizer_step_post_hook
+register_optimizer_step_post_hook(same_weights_everywhere)
+zero = train_hcan(sys.argv[1], dropout=0.0, accumulation_steps=2)   # no_sync() over 2 micro-batches per rank
+default = train_hcan(sys.argv[1])
+hcan_steps = steps["checked"]
+addax = train_addax(sys.argv[1], sys.argv[3])   # BERT's pooler is unused: find_unused_parameters
+if distributed.is_main():
+    torch.save({"zero": zero, "default": default, "addax": addax, "made": made, "steps": steps,
+                "hcan_steps": hcan_steps, "world": distributed.world_size()}, sys.argv[2])
+distributed.shutdown()
+"""
+
+
+def train_hcan(data, **options) -> dict:
+    """Train the tiny HCAN (:data:`TINY_HCAN`) with its model's default dropout unless ``options``
+    set one: 3 epochs of batches of 8, fold 0 of seed 7; returns the weights, epoch losses and dev scores."""
+    from pipeline.core.datasets import load_local
+    from pipeline.engine.protocols import make_protocol
+    from rerankers.hcan import HCANReranker
+    from rerankers.training.data import RankingData
+
+    dataset = load_local(data)
+    fold = make_protocol(dataset, None, 7)[0]
+    settings = {**{k: v for k, v in TINY_HCAN.items() if k != "dropout"}, "epochs": 3, "batch_size": 8, **options}
+    reranker = HCANReranker.from_options(settings, seed=7)
+    train = RankingData.from_dataset(dataset, fold.train, dataset.first_stage)
+    dev = RankingData.from_dataset(dataset, fold.dev, dataset.first_stage)
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train, dev)
+    return {"state": {k: v.detach().clone() for k, v in reranker.module.state_dict().items()},
+            "losses": [e.loss for e in report.epochs], "dev": [e.dev_score for e in report.epochs],
+            "dropout": reranker.model_config.dropout}
+
+
+def train_addax(data, encoder: str) -> dict:
+    """One epoch of 32 pairs (8 steps) of a tiny ADDAX (random 2-layer BERT ``encoder``, default dropout)."""
+    from pipeline.core.datasets import load_local
+    from pipeline.engine.protocols import make_protocol
+    from rerankers import reranker_class
+    from rerankers.training.data import RankingData
+
+    dataset = load_local(data)
+    fold = make_protocol(dataset, None, 7)[0]
+    reranker = reranker_class("addax").from_options(
+        {"encoder": encoder, "max_query_length": 8, "max_doc_length": 16, "hidden_dim": 8, "hash_hidden": 8,
+         "epochs": 1, "batch_size": 8, "max_examples_per_epoch": 32}, seed=7)
+    train = RankingData.from_dataset(dataset, fold.train, dataset.first_stage)
+    reranker.prepare(train, dataset)
+    report = reranker.fit(train, None)
+    return {"losses": [e.loss for e in report.epochs]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- a cache file damaged in place
+
+def change_in_place(path: Path, offset: int | None = None, keep_mtime: bool = True) -> None:
+    """Flip one bit of ``path`` (at ``offset``, default its middle) and restore its access and modification
+    times, as a sync tool or ``touch -r`` would."""
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if offset is None else offset] ^= 0x04
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size

@@ -16,19 +16,8 @@ from indexes.lucene import BM25Retriever, LuceneOptions, build_index
 from indexes.lucene_check import stamp_is_fresh
 from pipeline.core import filecheck
 from pipeline.core.errors import ConfigError, CorruptCacheError
-from tests.test_lucene import tiny_dataset
-
-
-def change_in_place(path: Path, offset: int | None = None, keep_mtime: bool = True) -> None:
-    """Flip one bit of ``path`` (at ``offset``, default its middle) and restore its access and modification
-    times, as a sync tool or ``touch -r`` would."""
-    before = path.stat()
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2 if offset is None else offset] ^= 0x04
-    path.write_bytes(bytes(data))
-    if keep_mtime:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+from tests.helpers import tiny_lucene_dataset as tiny_dataset
+from tests.helpers import change_in_place  # noqa: F401
 
 
 # -- row 1: any entry described by filecheck (the code index records its files this way) -------------------
@@ -106,8 +95,8 @@ def exported(tmp_path_factory):
     import torch
 
     from rerankers.cross_encoder import CrossEncoderReranker
-    from tests.test_hf_cross_encoder import save_tiny_bert
-    from tests.test_hf_export import DOCS, QUERY
+    from tests.helpers import save_tiny_classifier as save_tiny_bert
+    from tests.helpers import HF_DOCS as DOCS, HF_QUERY as QUERY
 
     torch.set_num_threads(1)
     bert = save_tiny_bert(tmp_path_factory.mktemp("bert"), num_labels=1)
@@ -127,7 +116,7 @@ def export_copy(exported, tmp_path) -> Path:
 def test_an_export_records_its_files_and_reads_back_checked(exported, tmp_path):
     from rerankers.cross_encoder import CrossEncoderReranker
     from rerankers.hf_export import CHECKSUM_FILE
-    from tests.test_hf_export import DOCS, QUERY
+    from tests.helpers import HF_DOCS as DOCS, HF_QUERY as QUERY
 
     copy = export_copy(exported, tmp_path)
     recorded = json.loads((copy / CHECKSUM_FILE).read_text())["files"]

@@ -17,7 +17,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA de
 @needs_gpu
 def test_amp_training_on_the_gpu_learns_and_scores_like_the_cpu_copy(tmp_path):
     from pipeline.core.datasets import load_local
-    from tests.test_framework import TOPICS, train_tiny, write_pairs
+    from tests.helpers import TOPICS, train_tiny, write_pairs
 
     for split, seed, topics in (("train", 1, TOPICS[:8]), ("dev", 2, TOPICS[8:10]), ("test", 3, TOPICS[10:])):
         write_pairs(tmp_path / split, seed, topics)
@@ -55,8 +55,8 @@ def test_faiss_gpu_search_returns_the_cpu_neighbours():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL data parallelism needs two GPUs")
 def test_nccl_training_runs_on_two_gpus_and_rank_0_writes(tmp_path):
-    from tests.test_distributed import TRAIN, free_port
-    from tests.test_framework import TOPICS, write_pairs
+    from tests.helpers import DDP_TRAINING_SCRIPT as TRAIN, free_port
+    from tests.helpers import TOPICS, write_pairs
 
     for split, seed, topics in (("train", 1, TOPICS[:8]), ("dev", 2, TOPICS[8:10]), ("test", 3, TOPICS[10:])):
         write_pairs(tmp_path / "pairs" / split, seed, topics)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_test_named_in_reliability_md_exists():
     text = (ROOT / "RELIABILITY.md").read_text(encoding="utf-8")
     # a test, or one case of a parametrized test: test_name[case id], the id written in the test's file
-    named = set(re.findall(r"`(tests/(?:\w+/)?test_\w+\.py)::(test_\w+)(?:\[(\w+)\])?`", text))
+    named = set(re.findall(r"`(tests/(?:\w+/)*test_\w+\.py)::(test_\w+)(?:\[(\w+)\])?`", text))
     assert len(named) >= 40
     defined: dict[str, set[str]] = {}
     for file in {file for file, _, _ in named}:

@@ -70,7 +70,7 @@ def test_a_temp_dir_of_a_live_writer_or_another_entry_is_kept(tmp_path):
 
 def test_a_lucene_build_killed_with_sigkill_leaves_nothing_after_the_next_run(tmp_path):
     from indexes.lucene import LuceneOptions, build_index, index_path
-    from tests.test_lucene import tiny_dataset
+    from tests.helpers import tiny_lucene_dataset as tiny_dataset
 
     target = index_path(tiny_dataset(), LuceneOptions("porter"), tmp_path)
     left = killed_writer(target)

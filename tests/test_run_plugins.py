@@ -80,7 +80,8 @@ def test_the_contract_tests_pass_for_the_readme_plugins(site, tmp_path):
     """Installing the page's plugins must not break the test suite: the contract tests that run every
     registered re-ranker and first stage (entry points included) pass for them, although ``MyRanker`` has
     neither ``from_options`` nor ``prepare`` nor ``score_many`` (all optional)."""
-    tests = ["tests/test_every_reranker.py", "tests/test_batched_scoring.py", "tests/test_first_stage_contract.py"]
+    tests = ["tests/rerankers/test_every_reranker.py", "tests/rerankers/test_batched_scoring.py",
+             "tests/indexes/test_first_stage_contract.py"]
     result = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, "-k", "myranker or overlap",
                          "--rootdir", str(REPO)], timeout=600, PYTHONPATH=f"{site}:{REPO}",
                         PIPELINE_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1", TQDM_DISABLE="1")
