@@ -78,6 +78,9 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "pipeline.api": None,
     "pipeline.core.records": None,
     "pipeline.core.errors": None,
+    "pipeline.core.plugins": None,
+    "pipeline.core.runtime": None,
+    "pipeline.core.home": None,
     "pipeline.core.evaluation": None,
     "pipeline.core.measures": None,
     "pipeline.core.datasets.registry": None,
@@ -125,6 +128,8 @@ RUN_EXAMPLES = (
     "pipeline.core.measures.split_measure_name", "pipeline.engine.protocols.hold_out",
     "pipeline.core.formats.runs.natural_key", "pipeline.core.formats.runs.write_run",
     "rerankers.embeddings.oov_bounds", "pipeline.core.datasets.pair_format.wikiqa_split_name",
+    "pipeline.core.plugins.Registry.__init__", "pipeline.core.runtime.resolve_device",
+    "pipeline.core.runtime.requested_precision", "pipeline.core.runtime.resolve_precision",
 )
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>Args|Arguments|Returns|Yields|Raises|Example|Examples|"
