@@ -37,12 +37,22 @@ MMAP_BYTES = 1 << 40
 
 
 def doc_store_root() -> Path:
-    """Where disk stores live: ``<home>/cache/docstore`` (:mod:`pipeline.core.home`)."""
+    """Where disk stores live.
+
+    Returns:
+        ``<home>/cache/docstore`` (:mod:`pipeline.core.home`).
+    """
     return home() / "cache" / "docstore"
 
 
 def wants_disk(on_disk: bool | None = None) -> bool:
-    """``on_disk``, else what ``PIPELINE_DOC_STORE`` asks for (``memory`` by default).
+    """Whether documents are kept in a disk store rather than in memory.
+
+    Args:
+        on_disk: the caller's choice (``None``: what ``PIPELINE_DOC_STORE`` asks for, ``memory`` by default).
+
+    Returns:
+        True for a disk store.
 
     Raises:
         PipelineError: ``PIPELINE_DOC_STORE`` is neither ``memory`` nor ``disk``.
@@ -56,14 +66,31 @@ def wants_disk(on_disk: bool | None = None) -> bool:
 
 
 def store_path(name: str, fingerprint: str, root: Path | None = None) -> Path:
-    """The store file of the collection ``name`` whose files have ``fingerprint``."""
+    """The store file of the collection ``name`` whose files have ``fingerprint``.
+
+    Args:
+        name: the dataset's name.
+        fingerprint: the identity of its files.
+        root: the stores' folder (default: :func:`doc_store_root`).
+
+    Returns:
+        The path of the SQLite file.
+    """
     digest = hashlib.sha1(f"{name}\0{fingerprint}".encode()).hexdigest()[:12]
     return (root or doc_store_root()) / f"{safe_name(name, fallback='dataset')}-{digest}.sqlite"
 
 
 def build_doc_store(docs: Iterable[Doc], path: Path) -> Path:
     """Write ``docs`` to a store file at ``path`` (a temp file renamed when complete). A repeated id keeps
-    its first position and its last text (as a dict built from the documents would). Returns ``path``."""
+    its first position and its last text (as a dict built from the documents would).
+
+    Args:
+        docs: the documents.
+        path: the store file.
+
+    Returns:
+        ``path``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -151,7 +178,14 @@ class DiskDocStore(Mapping):
 
     def many(self, doc_ids: Iterable[str]) -> dict[str, Doc]:
         """The documents of ``doc_ids`` that the store holds, in one query per 500 ids (a ranking's
-        candidates)."""
+        candidates).
+
+        Args:
+            doc_ids: the ids wanted.
+
+        Returns:
+            ``doc_id -> Doc`` of those found.
+        """
         ids = list(dict.fromkeys(doc_ids))
         found: dict[str, Doc] = {}
         for start in range(0, len(ids), 500):

@@ -23,7 +23,18 @@ PAD_ID, OOV_ID = 0, 1
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercased tokens of ``text`` (see the module docstring)."""
+    """Lowercased tokens of ``text`` (see the module docstring).
+
+    Args:
+        text: any text.
+
+    Returns:
+        The tokens, in order.
+
+    Example:
+        >>> tokenize("The Cat's 2 hats!")
+        ['the', "cat's", '2', 'hats', '!']
+    """
     return _TOKEN.findall(text.lower())
 
 
@@ -44,7 +55,20 @@ class Vocabulary:
     @classmethod
     def build(cls, texts: Iterable[Sequence[str]], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
         """Tokens seen at least ``min_count`` times, most frequent first (ties alphabetical, so the ids
-        depend only on the texts, not on iteration order of a set)."""
+        depend only on the texts, not on iteration order of a set).
+
+        Args:
+            texts: tokenized texts.
+            min_count: the fewest occurrences a token needs.
+            max_size: the most ids, padding and OOV included (``None``: no limit).
+
+        Returns:
+            The vocabulary.
+
+        Example:
+            >>> Vocabulary.build([["b", "a", "b"]]).tokens
+            ['<pad>', '<oov>', 'b', 'a']
+        """
         counts: Counter = Counter()
         for tokens in texts:
             counts.update(tokens)
@@ -61,17 +85,43 @@ class Vocabulary:
         return token in self._index
 
     def id(self, token: str) -> int:
-        """The token's id, or :data:`OOV_ID`."""
+        """The token's id.
+
+        Args:
+            token: a token.
+
+        Returns:
+            Its id, or :data:`OOV_ID`.
+        """
         return self._index.get(token, OOV_ID)
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
-        """Ids of ``tokens`` (OOV tokens map to :data:`OOV_ID`)."""
+        """Ids of ``tokens``.
+
+        Args:
+            tokens: tokens.
+
+        Returns:
+            Their ids (OOV tokens map to :data:`OOV_ID`).
+        """
         index = self._index
         return [index.get(t, OOV_ID) for t in tokens]
 
 
 def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
-    """All contiguous n-grams of ``tokens`` (none when it is shorter than n)."""
+    """All contiguous n-grams of ``tokens``.
+
+    Args:
+        tokens: tokens.
+        n: the n-gram length.
+
+    Returns:
+        The n-grams as tuples (none when ``tokens`` is shorter than n).
+
+    Example:
+        >>> ngrams(["a", "b", "c"], 2)
+        [('a', 'b'), ('b', 'c')]
+    """
     return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
@@ -92,7 +142,16 @@ class IDFStatistics:
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], phrases: Iterable[Sequence[str]] = (), max_n: int = 1) -> "IDFStatistics":
-        """Count words in tokenized ``docs``, and the given ``phrases`` of 2..``max_n`` tokens."""
+        """Count words in tokenized ``docs``, and the given ``phrases`` of 2..``max_n`` tokens.
+
+        Args:
+            docs: tokenized documents.
+            phrases: the phrases whose document frequency is wanted.
+            max_n: the longest phrase counted.
+
+        Returns:
+            The statistics.
+        """
         wanted = {tuple(p) for p in phrases if 2 <= len(p) <= max_n}
         lengths = sorted({len(p) for p in wanted})
         # a phrase can only start at a word that starts some wanted phrase: checking those positions alone
@@ -115,7 +174,14 @@ class IDFStatistics:
         return cls(num_docs, dict(word_df), dict(phrase_df))
 
     def df(self, phrase: Sequence[str]) -> int:
-        """Document frequency of a word (1-tuple or str) or phrase (see the class docstring for unseen ones)."""
+        """Document frequency of a word or phrase (see the class docstring for unseen ones).
+
+        Args:
+            phrase: a word (a string or a 1-tuple) or a phrase (a tuple of tokens).
+
+        Returns:
+            The number of documents holding it.
+        """
         if isinstance(phrase, str):
             return self.word_df.get(phrase, 0)
         phrase = tuple(phrase)
@@ -126,17 +192,35 @@ class IDFStatistics:
         return min(self.word_df.get(w, 0) for w in phrase)
 
     def idf(self, phrase: Sequence[str] | str) -> float:
-        """IDF of a word or phrase."""
+        """IDF of a word or phrase.
+
+        Args:
+            phrase: a word (a string or a 1-tuple) or a phrase (a tuple of tokens).
+
+        Returns:
+            ``log(1 + (N - df + 0.5) / (df + 0.5))``.
+        """
         df = self.df(phrase)
         return math.log(1.0 + (self.num_docs - df + 0.5) / (df + 0.5))
 
     def to_json(self) -> dict:
-        """A JSON-able form (phrases joined with a space) for checkpoints."""
+        """A JSON-able form for checkpoints.
+
+        Returns:
+            ``num_docs``, ``word_df`` and ``phrase_df`` (phrases joined with a space).
+        """
         return {"num_docs": self.num_docs, "word_df": self.word_df,
                 "phrase_df": {" ".join(p): c for p, c in self.phrase_df.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> "IDFStatistics":
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`.
+
+        Args:
+            data: what :meth:`to_json` returned.
+
+        Returns:
+            The statistics.
+        """
         return cls(int(data["num_docs"]), dict(data["word_df"]),
                    {tuple(p.split(" ")): int(c) for p, c in data["phrase_df"].items()})
