@@ -81,6 +81,8 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "pipeline.core.plugins": None,
     "pipeline.core.runtime": None,
     "pipeline.core.home": None,
+    "pipeline.core.vocabulary": None,
+    "pipeline.core.docstore": None,
     "pipeline.core.evaluation": None,
     "pipeline.core.measures": None,
     "pipeline.core.datasets.registry": None,
@@ -130,6 +132,7 @@ RUN_EXAMPLES = (
     "rerankers.embeddings.oov_bounds", "pipeline.core.datasets.pair_format.wikiqa_split_name",
     "pipeline.core.plugins.Registry.__init__", "pipeline.core.runtime.resolve_device",
     "pipeline.core.runtime.requested_precision", "pipeline.core.runtime.resolve_precision",
+    "pipeline.core.vocabulary.tokenize", "pipeline.core.vocabulary.Vocabulary.build", "pipeline.core.vocabulary.ngrams",
 )
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>Args|Arguments|Returns|Yields|Raises|Example|Examples|"
