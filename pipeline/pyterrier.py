@@ -37,6 +37,7 @@ from indexes import make_first_stage
 from rerankers import reranker_class
 
 from .engine.config import RunConfig
+from .engine.first_stage_flags import settings_of
 from .core.datasets import Dataset, load_dataset, select_queries
 from .core.errors import ConfigError
 from .core.runtime import seed_everything, set_threads
@@ -52,9 +53,6 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # only for annotations: pandas comes with PyTerrier, which is optional
     import pandas as pd
-
-#: the run options :func:`first_stage` accepts (the Lucene ones of :class:`~pipeline.engine.config.RunConfig`)
-FIRST_STAGE_OPTIONS = ("k1", "b", "fb_terms", "fb_docs", "rm3_weight", "stemmer", "keep_stopwords", "mirror")
 
 
 def __getattr__(name: str):
@@ -116,6 +114,26 @@ def reranker(name: str, dataset: str | Dataset | None = None, text_field: str = 
     ``{"epochs": 3}``, ...). On a k-fold dataset (Cranfield, Vaswani, NFCorpus) each query is scored by the
     model trained without it, so the frame's ``qid`` must be the dataset's query ids. Train the model on the
     candidates it will re-rank: the same first stage and ``k`` as the pipeline's.
+
+    Args:
+        name: a re-ranker name (``knrm``, ``cross-encoder``, ``bi-encoder``, plugins, ...).
+        dataset: a dataset name or object whose protocol trains the model (``None``: load ``model=`` only).
+        text_field: the frame's column holding the document text.
+        batch_size: scoring batch in (query, document) pairs.
+        verbose: a progress bar while scoring.
+        **options: :class:`~pipeline.engine.config.RunConfig` fields, and ``model``/``mirror``.
+
+    Returns:
+        A PyTerrier transformer that adds ``score`` and ``rank`` to a frame of ``qid``, ``query``, ``docno``
+        and ``text_field``.
+
+    Raises:
+        ConfigError: an unknown name or option, ``none``, or options that need a dataset.
+
+    Example:
+        >>> import pipeline.pyterrier as ptx                                           # doctest: +SKIP
+        >>> knrm = ptx.reranker("knrm", "vaswani")                                     # doctest: +SKIP
+        >>> pipe = ptx.first_stage("bm25", "vaswani") >> ptx.text_loader("vaswani") >> knrm  # doctest: +SKIP
     """
     pyterrier_module()  # before any training: fail at once when the result could not be used
     if batch_size is not None:
@@ -159,39 +177,90 @@ def _zero_shot_reranker(name: str, text_field: str, verbose: bool, options: Mapp
                                                     verbose=verbose)
 
 
-def first_stage(name: str, dataset: str | Dataset, k: int = 1000, **options: Any):
+def first_stage(name: str, dataset: str | Dataset, k: int = 1000, mirror: str | None = None, **options: Any):
     """A :class:`FirstStageTransformer` of first stage ``name`` (``bm25``, ``bm25+rm3``, ``shipped``,
-    ``run:PATH``, ``auto``, ``codes``, ``colbert``, plugins) over ``dataset``, returning ``k`` documents per
-    query; the Lucene index is built when missing. ``options``: ``k1``, ``b``, ``fb_terms``, ``fb_docs``,
-    ``rm3_weight``, ``stemmer``, ``keep_stopwords`` (as ``pipeline.run``'s flags), ``mirror``."""
+    ``run:PATH``, ``auto``, ``dense``, ``hybrid``, ``codes``, ``colbert``, plugins) over ``dataset``, returning
+    ``k`` documents per query; its index is built when missing.
+
+    Args:
+        name: the first stage, as ``--first-stage`` names it.
+        dataset: a dataset name or object.
+        k: documents per query.
+        mirror: where the dataset's files are (default: the configured data location).
+        **options: the first stage's options, fields of its options dataclass as ``--fs-set`` sets them
+            (docs/first-stages.md; a grouped one by its dotted name, ``**{"dense.index_type": "hnsw"}``),
+            checked before the dataset is read; ``rm3_weight`` (``original_query_weight``) and, for
+            ``hybrid``, ``k1``/``b``/``stemmer``/``keep_stopwords`` (its ``bm25`` group) are accepted under
+            their older names.
+
+    Returns:
+        A PyTerrier transformer from a frame of ``qid`` and ``query`` to each query's top ``k``.
+
+    Raises:
+        ConfigError: an unknown first stage, or an option it does not have (naming it and every option it
+            has) or refuses.
+
+    Example:
+        >>> rm3 = first_stage("bm25+rm3", "vaswani", k=100, fb_terms=20, stemmer="krovetz")  # doctest: +SKIP
+    """
     pyterrier_module()
-    unknown = sorted(set(options) - set(FIRST_STAGE_OPTIONS))
-    if unknown:
-        raise ConfigError(f"first_stage: unknown option(s) {', '.join(unknown)}; choose from "
-                          f"{', '.join(FIRST_STAGE_OPTIONS)}")
-    data = _dataset(dataset, options.get("mirror"))
-    config = _run_config(data, options, first_stage=name, k=k)
-    retriever = make_first_stage(config.first_stage, data, config.first_stage_settings())
+    RunConfig(dataset="(no dataset)", first_stage=name, k=k)  # checks the name and k
+    try:
+        settings = settings_of(name, options)
+    except ConfigError as error:
+        raise ConfigError(f"first_stage: {error}") from None
+    data = _dataset(dataset, mirror)
+    retriever = make_first_stage(name, data, settings)
     return transformer_class("FirstStageTransformer")(retriever, k=k)
 
 
 def text_loader(dataset: str | Dataset, text_field: str = "text", mirror: str | None = None):
-    """A :class:`TextLoader` adding ``text_field`` from ``dataset``'s documents (put it between a first stage,
-    which gives ``docno`` only, and a re-ranker)."""
+    """A :class:`TextLoader` adding ``text_field`` from ``dataset``'s documents.
+
+    Put it between a first stage, which gives ``docno`` only, and a re-ranker.
+
+    Args:
+        dataset: a dataset name or object.
+        text_field: the column to add.
+        mirror: where the dataset's files are (default: the configured data location).
+
+    Returns:
+        The PyTerrier transformer.
+    """
     pyterrier_module()
     return transformer_class("TextLoader")(_dataset(dataset, mirror), text_field=text_field)
 
 
 def topics(dataset: str | Dataset, split: str | None = None, mirror: str | None = None) -> "pd.DataFrame":
-    """``dataset``'s queries (all, or split ``split``'s) as a PyTerrier topics frame: ``qid``, ``query``."""
+    """``dataset``'s queries as a PyTerrier topics frame.
+
+    Args:
+        dataset: a dataset name or object.
+        split: only this split's queries (``None``: all).
+        mirror: where the dataset's files are (default: the configured data location).
+
+    Returns:
+        A frame with columns ``qid`` and ``query``.
+
+    Example:
+        >>> topics("vaswani").columns.tolist()   # doctest: +SKIP
+        ['qid', 'query']
+    """
     data = _dataset(dataset, mirror)
     rows = [(q.query_id, q.text) for q in select_queries(data, split)]
     return _pandas().DataFrame(rows, columns=["qid", "query"]).astype({"qid": str, "query": str})
 
 
 def qrels(dataset: str | Dataset, mirror: str | None = None) -> "pd.DataFrame":
-    """``dataset``'s judgments as a PyTerrier qrels frame: ``qid``, ``docno``, ``label`` (graded or negative
-    as judged)."""
+    """``dataset``'s judgments as a PyTerrier qrels frame.
+
+    Args:
+        dataset: a dataset name or object.
+        mirror: where the dataset's files are (default: the configured data location).
+
+    Returns:
+        A frame with columns ``qid``, ``docno`` and ``label`` (graded or negative as judged).
+    """
     data = _dataset(dataset, mirror)
     rows = [(q.query_id, q.doc_id, int(q.relevance)) for q in data.qrels]
     return _pandas().DataFrame(rows, columns=["qid", "docno", "label"]).astype({"qid": str, "docno": str,

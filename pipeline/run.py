@@ -40,6 +40,7 @@ from .engine import fusion
 from .engine.cli_options import OptionParser, add_config_arguments
 from .engine.config import RunConfig
 from .engine.context import FirstStageContext
+from .engine.first_stage_flags import add_first_stage_aliases
 from .engine.config import parse_weight  # noqa: F401  (benchmarks/code_first_stage_rerank.py imports it from here)
 from .core import evaluation
 from .core.datasets import load_dataset
@@ -164,9 +165,12 @@ def build_parser(prog: str = "python -m pipeline.run", description: str | None =
     """The ``python -m pipeline.run`` argument parser: one flag per :class:`RunConfig` field (help and
     re-ranker / first-stage names read from the registries now, so plugins are listed). Its errors are
     :class:`~pipeline.core.errors.ConfigError` s; :meth:`RunConfig.from_namespace` turns its result into a
-    config."""
+    config. With ``--fs-set`` come its deprecated aliases (``--k1``, ``--stemmer``, ``--code-set``, ...), which
+    it turns into ``--fs-set`` entries (:mod:`pipeline.engine.first_stage_flags`)."""
     parser = OptionParser(prog=prog, description=description or __doc__.split("\n\n")[0])
     add_config_arguments(parser, RunConfig, exclude)
+    if "first_stage_overrides" not in exclude:
+        add_first_stage_aliases(parser)
     return parser
 
 

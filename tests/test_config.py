@@ -75,8 +75,12 @@ BAD_OPTIONS = [
     (["--folds", "1"], "--folds must be at least 2, got 1"),
     (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     (["--threads", "-1"], "--threads must be at least 0, got -1"),
-    (["--b", "2"], r"--b must be in \[0, 1\], got 2"),
-    (["--stemmer", "snowball"], "--stemmer: unknown stemmer 'snowball'; choose one of porter, krovetz, none"),
+    (["--b", "2"], r"--b 2: first stage 'auto': options: b must be in \[0, 1\], got 2"),
+    (["--stemmer", "snowball"], "--stemmer snowball: .*unknown stemmer 'snowball'; choose one of porter, krovetz, none"),
+    (["--fs-set", "b=2"], r"--fs-set: first stage 'auto': options: b must be in \[0, 1\], got 2"),
+    (["--first-stage", "bm25", "--fb-terms", "20"], "--fb-terms: first stage 'bm25' has no option 'fb_terms' "
+                                                    r"\(--fb-terms is a deprecated alias of --fs-set fb_terms=VALUE\); "
+                                                    "its options: k1, b, stemmer, keep_stopwords"),
     (["--reranker", "knrm", "--set", "nope=1"], "unknown model option 'nope'; known: .*epochs"),
     (["--reranker", "knrm", "--set", "epochs=many"], "option epochs='many': expected an integer"),
     (["--reranker", "hcan", "--set", "matching=sideways"], "option matching='sideways': matching must be one of"),
@@ -92,8 +96,10 @@ BAD_OPTIONS = [
     (["--k", "many"], "argument --k: invalid int value: 'many'"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["--code-set", "dim=512"], "--code-set applies to --first-stage codes or colbert, not 'auto'"),
-    (["--first-stage", "codes", "--code-set", "dimm=512"], "unknown --code-set option 'dimm'; did you mean 'dim'"),
-    (["--first-stage", "codes", "--code-set", "dim=many"], "--code-set option dim='many': expected an integer"),
+    (["--first-stage", "codes", "--code-set", "dimm=512"], "--code-set dimm=512: .*unknown option 'dimm'; did you "
+                                                           "mean 'dim'"),
+    (["--first-stage", "codes", "--code-set", "dim=many"], "--code-set dim=many: .*option dim='many': expected an "
+                                                           "integer"),
     (["--first-stage", "codes", "--code-set", "hash_head=xyz"], "unknown hash head 'xyz'"),
     (["--first-stage", "colbert", "--code-set", "dim"], "--code-set 'dim': expected name=value"),
 ]
@@ -335,7 +341,9 @@ def test_runs_of_different_settings_never_share_a_name(tmp_path):
     assert name("--first-stage", "bm25", "--stemmer", "none") == "toy-all-bm25-stem.none"
     assert name("--first-stage", "bm25", "--k1", "1.2", "--b", "0.75") == "toy-all-bm25-k1.1.2-b.0.75"
     assert name("--first-stage", "bm25+rm3", "--fb-terms", "20") == "toy-all-bm25+rm3-fb20x10w0.5"
-    assert name("--first-stage", "bm25", "--fb-terms", "20") == "toy-all-bm25"      # RM3 options: no RM3
+    assert name("--first-stage", "bm25+rm3", "--fs-set", "fb_terms=20") == "toy-all-bm25+rm3-fb20x10w0.5"
+    with pytest.raises(ConfigError, match="--fb-terms: first stage 'bm25' has no option"):  # bm25 has no RM3
+        name("--first-stage", "bm25", "--fb-terms", "20")
     assert name("--first-stage", f"run:{run_file}") == "toy-all-run-my.first-stage"
     (tmp_path / "prebuilt").mkdir()
     assert name("--first-stage", f"bm25:{tmp_path / 'prebuilt'}") == "toy-all-bm25-index.prebuilt"

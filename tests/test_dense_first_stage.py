@@ -121,26 +121,31 @@ def test_damaged_index_is_a_clear_error(tiny_encoder, dataset, tmp_path):
 
 
 def test_options_from_the_command_line(tiny_encoder):
-    config = RunConfig(first_stage="hybrid", dense_overrides=("encoder=" + tiny_encoder, "index_type=hnsw"),
-                       hybrid_overrides=("fusion=rrf", "weight=none", "rrf_k=10"))
+    from pipeline.run import parse_config
+
+    config = parse_config(["--first-stage", "hybrid", "--dense-set", "encoder=" + tiny_encoder,
+                           "--dense-set", "index_type=hnsw", "--hybrid-set", "fusion=rrf",
+                           "--hybrid-set", "weight=none", "--hybrid-set", "rrf_k=10"])
     options = first_stage_options("hybrid", config.first_stage_settings())
     assert options.dense == DenseOptions(encoder=tiny_encoder, index_type="hnsw")
     assert options.fusion_options() == HybridOptions(fusion="rrf", weight=None, rrf_k=10)
-    # the aliases are --fs-set with the dense half's options under dense.
+    # the deprecated flags are --fs-set entries, the dense half's options under dense.
     scoped = RunConfig(first_stage="hybrid", first_stage_overrides=(
         "dense.encoder=" + tiny_encoder, "dense.index_type=hnsw", "fusion=rrf", "weight=none", "rrf_k=10"))
+    assert config == scoped
     assert first_stage_options("hybrid", scoped.first_stage_settings()) == options
     assert first_stage_options("dense", RunConfig(first_stage="dense").first_stage_settings()) is None  # defaults
-    for kwargs, message in [
-        ({"first_stage": "bm25", "dense_overrides": ("index_type=hnsw",)}, "--dense-set applies to --first-stage"),
-        ({"first_stage": "dense", "hybrid_overrides": ("fusion=rrf",)}, "--hybrid-set applies to --first-stage hybrid"),
-        ({"first_stage": "dense", "dense_overrides": ("index_typ=hnsw",)}, "did you mean 'index_type'"),
-        ({"first_stage": "dense", "dense_overrides": ("index_type=lsh",)}, "unknown index type 'lsh'"),
-        ({"first_stage": "hybrid", "hybrid_overrides": ("weight=2",)}, "weight must be in \\[0, 1\\]"),
-        ({"first_stage": "hybrid", "hybrid_overrides": ("fusion=max",)}, "unknown fusion 'max'"),
+    for argv, message in [
+        (["--first-stage", "bm25", "--dense-set", "index_type=hnsw"], "--dense-set applies to --first-stage"),
+        (["--first-stage", "dense", "--hybrid-set", "fusion=rrf"], "--hybrid-set applies to --first-stage hybrid"),
+        (["--first-stage", "dense", "--dense-set", "index_typ=hnsw"], "did you mean 'index_type'"),
+        (["--first-stage", "dense", "--dense-set", "index_type=lsh"], "unknown index type 'lsh'"),
+        (["--first-stage", "hybrid", "--hybrid-set", "weight=2"], "weight must be in \\[0, 1\\]"),
+        (["--first-stage", "hybrid", "--hybrid-set", "fusion=max"], "unknown fusion 'max'"),
+        (["--first-stage", "dense", "--fs-set", "index_type=lsh"], "unknown index type 'lsh'"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            RunConfig(**kwargs)
+            parse_config(argv)
 
 
 # ------------------------------------------------------------------------------ from an empty home (CLI)

@@ -272,8 +272,16 @@ def test_bad_options_are_config_errors(trained):
         ptx.reranker("nope", dataset=dataset)
     with pytest.raises(ConfigError, match="'none' is no re-ranker"):
         ptx.reranker("none", dataset=dataset)
-    with pytest.raises(ConfigError, match="first_stage: unknown option.*depth"):
+    with pytest.raises(ConfigError, match="first_stage: first stage 'bm25': unknown option 'depth'; known: k1, b, "
+                                          "stemmer, keep_stopwords"):
         ptx.first_stage("bm25", dataset=dataset, depth=3)
+    # the chosen first stage's options, checked as --fs-set checks them
+    with pytest.raises(ConfigError, match="first_stage: first stage 'bm25': unknown option 'fb_terms'"):
+        ptx.first_stage("bm25", dataset=dataset, fb_terms=20)  # RM3's option: bm25 has none
+    with pytest.raises(ConfigError, match=r"b must be in \[0, 1\]"):
+        ptx.first_stage("bm25", dataset=dataset, b=2)
+    with pytest.raises(ConfigError, match="did you mean 'index_type'"):
+        ptx.first_stage("dense", dataset=dataset, index_typ="hnsw")
 
 
 # ----------------------------------------------------------------- >> on a real collection (Cranfield)

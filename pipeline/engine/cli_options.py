@@ -64,6 +64,9 @@ class OptionParser(argparse.ArgumentParser):
         if kwargs.get("description"):
             kwargs["description"] = plain_text(kwargs["description"])
         super().__init__(*args, **kwargs)
+        #: called with the parsed namespace, in order, before :meth:`parse_args` returns it (e.g. to turn the
+        #: deprecated first-stage flags into ``--fs-set`` entries once ``--first-stage`` is known)
+        self.after_parsing: list[typing.Callable[[argparse.Namespace], None]] = []
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         """As argparse's, with RST markup removed from ``help``."""
@@ -86,7 +89,8 @@ class OptionParser(argparse.ArgumentParser):
 
     def parse_args(self, args: typing.Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
         """As argparse's, with unknown flags reported first (argparse would report a missing required
-        option first and lose the typo that caused it: ``--qrles q`` -> did you mean --qrels?)."""
+        option first and lose the typo that caused it: ``--qrles q`` -> did you mean --qrels?), then each of
+        :attr:`after_parsing` applied to the result (their errors are :class:`ConfigError` s too)."""
         argv = list(sys.argv[1:] if args is None else args)
         known = self._option_string_actions
         for token in argv:
@@ -96,7 +100,10 @@ class OptionParser(argparse.ArgumentParser):
             if (name.startswith("--") and name not in known
                     and not (self.allow_abbrev and any(option.startswith(name) for option in known))):
                 self.error(f"unrecognized arguments: {name}")
-        return super().parse_args(argv, namespace)
+        parsed = super().parse_args(argv, namespace)
+        for finish in self.after_parsing:
+            finish(parsed)
+        return parsed
 
     def error(self, message: str) -> typing.NoReturn:
         """Raise instead of printing the usage and exiting (``--help`` still prints and exits); an unknown

@@ -17,8 +17,9 @@ HEADER = """# Command-line reference: `python -m pipeline.run` (`rerank-run`)
 
 Generated from `pipeline.engine.config.RunConfig` by `python -m pipeline.engine.cli_reference --update docs/cli.md`
 (`tests/test_docs.py` fails when this page is stale). Every flag is a field of `RunConfig` with the same
-name (`--first-stage` is `first_stage`), so a notebook sets the same options:
-`RunConfig(dataset="cranfield", reranker="knrm", seed=1)`. `pipeline.train`, `pipeline.serve` and
+name (`--first-stage` is `first_stage`; `--fs-set` is `first_stage_overrides`), so a notebook sets the same
+options: `RunConfig(dataset="cranfield", reranker="knrm", seed=1)`; the deprecated aliases at the end are
+`--fs-set` entries. `pipeline.train`, `pipeline.serve` and
 `pipeline.classify` take the flags of the groups they need; each command's `--help` lists its own.
 """
 
@@ -76,7 +77,25 @@ def render() -> str:
     parts = [HEADER]
     for group, rows in groups.items():
         parts.append(f"## {group}\n\n| flag | value | default | what it does |\n|---|---|---|---|\n" + "\n".join(rows))
+    parts.append(deprecated_aliases())
     return "\n\n".join(parts) + "\n"
+
+
+def deprecated_aliases() -> str:
+    """The page's last section: the deprecated first-stage flags, each with the ``--fs-set`` entry it stands
+    for (:data:`pipeline.engine.first_stage_flags.ALIASES`; no field of ``RunConfig``)."""
+    from .first_stage_flags import ALIASES, FLAG
+
+    lines = [f"## deprecated aliases\n\nOlder flags, kept working: each becomes an `{FLAG}` entry of the chosen "
+             "first stage when the command line is parsed (`hybrid`: of its `bm25` group for the BM25 flags), in "
+             "command-line order; a flag for an option the first stage does not have is an error (exit status 2)."
+             "\n"]
+    for alias in ALIASES:
+        typed = alias.flag if alias.switch else f"{alias.flag} {alias.metavar}"
+        lines.append(f"- `{typed}`: `{alias.stands_for}` ({alias.help})" if alias.option is not None else
+                     f"- `{typed}`: " + ", ".join(f"`{FLAG} {prefix}NAME=VALUE` for `{name}`"
+                                                  for name, prefix in alias.stages.items()) + f" ({alias.help})")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,12 @@ the option and what is allowed, raised before any retrieval or training. What ca
 the dataset (its splits, the model options of its recipe) is checked by :func:`pipeline.engine.plan.plan_run`,
 also before any work. A config is frozen: the pipeline never changes it (``dataclasses.replace`` makes a
 changed copy).
+
+No field belongs to one first stage: a first stage's options are ``first_stage_overrides`` (``--fs-set
+NAME=VALUE``), fields of the chosen first stage's options dataclass (:mod:`indexes.options`), as a
+re-ranker's are ``overrides`` (``--set``). The older per-option flags (``--k1``, ``--stemmer``,
+``--code-set``, ...) are deprecated aliases the command line turns into ``--fs-set`` entries
+(:mod:`pipeline.engine.first_stage_flags`).
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from rerankers import available as reranker_names
 from ..core.errors import ConfigError
 from ..core.evaluation import DEFAULT_MEASURES, parse_measures
 from ..core.home import runs_root
-from ..core.options import build_config, parse_overrides
+from ..core.options import parse_overrides
 from ..core.filenames import safe_name
 from ..core.runtime import environment_precision, requested_precision
 from ..core.suggest import unknown_name
@@ -34,20 +40,11 @@ DEFAULT_DATASET = "microblog"
 DEFAULT_METRICS = DEFAULT_MEASURES  # one default set for pipeline.run and pipeline.evaluate
 #: characters a run name may hold besides letters and digits (``+`` as in ``bm25+rm3``)
 RUN_NAME_CHARACTERS = "._+-"
-STEMMERS = ("porter", "krovetz", "none")
 
 GENERAL = "general"
 TRAINING = "re-ranker training (when no cached model exists)"
 SCORING = "re-ranker scoring (changes no trained model and no cache key)"
 FIRST_STAGE = "first-stage options"
-LUCENE = "first-stage option aliases: BM25 / RM3 (each is --fs-set NAME=VALUE for the first stages that have it)"
-CODE_FIRST_STAGES = ("codes", "colbert")
-CODES = "first-stage option aliases: learned token codes (--first-stage codes / colbert)"
-DENSE_FIRST_STAGES = ("dense", "hybrid")
-DENSE = "first-stage option aliases: dense and hybrid (--first-stage dense / hybrid)"
-#: the first-stage options the BM25 / RM3 alias flags set: field -> option name
-LUCENE_ALIASES = {"k1": "k1", "b": "b", "fb_terms": "fb_terms", "fb_docs": "fb_docs",
-                  "rm3_weight": "original_query_weight", "stemmer": "stemmer", "keep_stopwords": "keep_stopwords"}
 
 
 def option(default: Any, help: str | Callable[[], str], group: str = GENERAL, **cli: Any) -> Any:
@@ -86,12 +83,6 @@ def at_least(option_name: str, value: int | float | None, low: int | float) -> N
     """A :class:`ConfigError` when ``value`` (``None``: not given) is below ``low``."""
     if value is not None and value < low:
         raise ConfigError(f"{option_name} must be at least {low}, got {value}")
-
-
-def within(option_name: str, value: float, low: float, high: float) -> None:
-    """A :class:`ConfigError` when ``value`` is outside ``[low, high]``."""
-    if not low <= value <= high:
-        raise ConfigError(f"{option_name} must be in [{low:g}, {high:g}], got {value}")
 
 
 @dataclass(frozen=True)
@@ -151,39 +142,14 @@ class RunConfig:
     first_stage_overrides: tuple[str, ...] = option(
         (), "an option of the first stage, a field of its options dataclass, e.g. --fs-set k1=1.2 (bm25), "
         "--fs-set index_type=hnsw (dense), --fs-set fusion=rrf --fs-set dense.encoder=DIR (hybrid), --fs-set "
-        "dim=512 (codes); an unknown name is refused with the closest known one (repeatable; "
+        "dim=512 (codes); an unknown name is refused with the closest known one (repeatable, the last wins; "
         "docs/first-stages.md lists every first stage's options)", FIRST_STAGE, flag="--fs-set",
-        metavar="NAME=VALUE")
-
-    k1: float = option(0.9, "BM25 k1 (default 0.9); alias of --fs-set k1=K1", LUCENE)
-    b: float = option(0.4, "BM25 b, in [0, 1] (default 0.4); alias of --fs-set b=B", LUCENE)
-    fb_terms: int = option(10, "RM3 feedback terms (default 10); alias of --fs-set fb_terms=N", LUCENE)
-    fb_docs: int = option(10, "RM3 feedback documents (default 10); alias of --fs-set fb_docs=N", LUCENE)
-    rm3_weight: float = option(0.5, "RM3 original query weight, in [0, 1] (default 0.5); alias of --fs-set "
-                               "original_query_weight=W", LUCENE)
-    stemmer: str = option("porter", f"index and query stemmer: {', '.join(STEMMERS)} (default: porter); alias "
-                          "of --fs-set stemmer=NAME", LUCENE)
-    keep_stopwords: bool = option(False, "index and match stopwords; alias of --fs-set keep_stopwords=true", LUCENE)
-    code_overrides: tuple[str, ...] = option(
-        (), "alias of --fs-set NAME=VALUE for --first-stage codes / colbert (a field of indexes.codes.CodeOptions,"
-        " e.g. --code-set dim=512 --code-set hash_head=lsh; repeatable; python -m pipeline.index --help lists "
-        "them)", CODES, flag="--code-set", metavar="NAME=VALUE")
-    dense_overrides: tuple[str, ...] = option(
-        (), "alias of --fs-set NAME=VALUE for --first-stage dense and of --fs-set dense.NAME=VALUE for hybrid (a "
-        "field of indexes.dense.DenseOptions, e.g. --dense-set encoder=DIR --dense-set index_type=hnsw; "
-        "repeatable)", DENSE, flag="--dense-set", metavar="NAME=VALUE")
-    hybrid_overrides: tuple[str, ...] = option(
-        (), "alias of --fs-set NAME=VALUE for --first-stage hybrid (a field of indexes.hybrid.HybridOptions, e.g. "
-        "--hybrid-set fusion=rrf --hybrid-set weight=0.3; repeatable)", DENSE, flag="--hybrid-set",
         metavar="NAME=VALUE")
 
     def __post_init__(self) -> None:
         # normalise what the command line and callers give in looser types (a list of --set items, a str path)
         object.__setattr__(self, "overrides", tuple(self.overrides or ()))
         object.__setattr__(self, "first_stage_overrides", tuple(self.first_stage_overrides or ()))
-        object.__setattr__(self, "code_overrides", tuple(self.code_overrides or ()))
-        object.__setattr__(self, "dense_overrides", tuple(self.dense_overrides or ()))
-        object.__setattr__(self, "hybrid_overrides", tuple(self.hybrid_overrides or ()))
         if self.output_dir is not None:
             object.__setattr__(self, "output_dir", Path(self.output_dir))
         self.check()
@@ -218,62 +184,11 @@ class RunConfig:
             raise ConfigError(str(error)) from None
         if self.model and self.reranker == "none":
             raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
-        at_least("--k1", self.k1, 0)
-        within("--b", self.b, 0.0, 1.0)
-        at_least("--fb-terms", self.fb_terms, 1)
-        at_least("--fb-docs", self.fb_docs, 1)
-        within("--rm3-weight", self.rm3_weight, 0.0, 1.0)
-        if self.stemmer not in STEMMERS:
-            raise ConfigError(f"--stemmer: unknown stemmer {self.stemmer!r}; choose one of {', '.join(STEMMERS)}")
-        if self.code_overrides:
-            if self.first_stage not in CODE_FIRST_STAGES:
-                raise ConfigError(f"--code-set applies to --first-stage {' or '.join(CODE_FIRST_STAGES)}, "
-                                  f"not {self.first_stage!r}")
-            self.code_options()
-        if self.dense_overrides:
-            if self.first_stage not in DENSE_FIRST_STAGES:
-                raise ConfigError(f"--dense-set applies to --first-stage {' or '.join(DENSE_FIRST_STAGES)}, "
-                                  f"not {self.first_stage!r}")
-            self.dense_options()
-        if self.hybrid_overrides:
-            if self.first_stage != "hybrid":
-                raise ConfigError(f"--hybrid-set applies to --first-stage hybrid, not {self.first_stage!r}")
-            self.hybrid_options()
         if self.first_stage_overrides:
             try:
                 first_stage_options(self.first_stage, self.first_stage_settings())
             except ConfigError as error:
                 raise ConfigError(f"--fs-set: {error}") from None
-
-    def dense_options(self):
-        """The :class:`indexes.dense.DenseOptions` of ``--dense-set`` (``None`` when none is given: the
-        defaults)."""
-        if not self.dense_overrides:
-            return None
-        from indexes.dense import DenseOptions
-
-        pairs = parse_overrides(self.dense_overrides, flag="--dense-set")
-        return build_config(DenseOptions, pairs, label="--dense-set option")
-
-    def hybrid_options(self):
-        """The :class:`indexes.hybrid.HybridOptions` of ``--hybrid-set`` (``None`` when none is given)."""
-        if not self.hybrid_overrides:
-            return None
-        from indexes.hybrid import HybridOptions
-
-        pairs = parse_overrides(self.hybrid_overrides, flag="--hybrid-set")
-        return build_config(HybridOptions, pairs, label="--hybrid-set option")
-
-    def code_options(self):
-        """The :class:`indexes.codes.CodeOptions` of ``--code-set`` (``None`` when none is given: the
-        dataset's latest index of that kind, or the default options)."""
-        if not self.code_overrides:
-            return None
-        from indexes.codes import CodeOptions
-
-        pairs = parse_overrides(self.code_overrides, flag="--code-set")
-        kind = self.first_stage if self.first_stage in CODE_FIRST_STAGES else "codes"
-        return build_config(CodeOptions, {"kind": kind, **pairs}, label="--code-set option")
 
     @property
     def run_dir(self) -> Path:
@@ -286,29 +201,34 @@ class RunConfig:
         return self.reranker != "none"
 
     def first_stage_settings(self) -> FirstStageSettings:
-        """The first stage's options: ``--fs-set`` and the alias flags (``--code-set``, ``--dense-set``,
-        ``--hybrid-set`` as ``--fs-set``; the BM25 / RM3 flags that are not at their defaults for the first
-        stages that have those options), checked against the first stage when it is built
-        (:func:`indexes.make_first_stage`) or asked for (:func:`indexes.first_stage_options`).
+        """The first stage's options, ``--fs-set``'s (the deprecated per-option flags such as ``--k1`` are
+        ``--fs-set`` entries by the time a config is made, :mod:`pipeline.engine.first_stage_flags`; later
+        entries win), checked against the first stage when it is built (:func:`indexes.make_first_stage`) or
+        asked for (:func:`indexes.first_stage_options`).
+
+        Returns:
+            The settings; their ``options`` are ``name -> value`` as given (empty: the first stage's defaults).
 
         Example:
-            >>> RunConfig(first_stage="hybrid", dense_overrides=("index_type=hnsw",)).first_stage_settings().options
+            >>> RunConfig(first_stage="hybrid", first_stage_overrides=("dense.index_type=hnsw",)
+            ...           ).first_stage_settings().options
             {'dense.index_type': 'hnsw'}
         """
-        options: dict[str, str] = {}
-        options.update(parse_overrides(self.code_overrides, flag="--code-set"))
-        prefix = "dense." if self.first_stage == "hybrid" else ""
-        options.update({prefix + name: value
-                        for name, value in parse_overrides(self.dense_overrides, flag="--dense-set").items()})
-        options.update(parse_overrides(self.hybrid_overrides, flag="--hybrid-set"))
-        options.update(parse_overrides(self.first_stage_overrides, flag="--fs-set"))
-        aliases = {name: getattr(self, field_name) for field_name, name in LUCENE_ALIASES.items()
-                   if getattr(self, field_name) != RunConfig.__dataclass_fields__[field_name].default}
-        return FirstStageSettings(options=options, aliases=aliases)
+        return FirstStageSettings(options=parse_overrides(self.first_stage_overrides, flag="--fs-set"))
 
     @classmethod
     def from_namespace(cls, namespace: argparse.Namespace) -> "RunConfig":
         """The config of parsed command-line arguments (see :func:`pipeline.run.build_parser`); attributes
-        that are no field are ignored, missing ones take the field's default."""
+        that are no field are ignored, missing ones take the field's default.
+
+        Args:
+            namespace: what ``parse_args`` returned.
+
+        Returns:
+            The checked config.
+
+        Raises:
+            ConfigError: a value a field refuses.
+        """
         given = vars(namespace)
         return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given})

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from indexes import resolve_first_stage
+from indexes import first_stage_options, resolve_first_stage
 
 from .config import DEFAULT_METRICS, RunConfig, parse_interpolation
 from ..core.datasets import Dataset
@@ -110,4 +110,11 @@ def first_stage_name(config: RunConfig, dataset: Dataset) -> str:
                           "use bm25 or run:PATH")
     if name.startswith("run:") and not Path(name[4:]).is_file():
         raise ConfigError(f"--first-stage {name}: no such run file")
+    if config.first_stage == "auto" and name != "bm25" and config.first_stage_overrides:
+        # the config checked auto's options as bm25's; this dataset settles auto to its shipped run
+        try:
+            first_stage_options(name, config.first_stage_settings())
+        except ConfigError as error:
+            raise ConfigError(f"--fs-set: --first-stage auto is {name!r} for dataset {dataset.name!r} (it ships a "
+                              f"first-stage run): {error}; name the first stage, e.g. --first-stage bm25") from None
     return name
