@@ -76,6 +76,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "indexes.dense_encoder": None,
     # the notebook API, the PyTerrier API, records, errors, evaluation, datasets and evaluation protocols
     "pipeline.api": None,
+    "pipeline.pyterrier": ("reranker", "first_stage", "text_loader", "topics", "qrels"),
     "pipeline.core.records": None,
     "pipeline.core.errors": None,
     "pipeline.core.plugins": None,
@@ -96,6 +97,7 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "pipeline.core.formats.topics": None,
     "pipeline.core.formats.docs": None,
     "pipeline.engine.protocols": None,
+    "pipeline.engine.config": ("RunConfig",),
 }
 
 #: the main entry points: each shows a short ``>>>`` example
@@ -107,7 +109,7 @@ ENTRY_POINTS = (
     "rerankers.cross_encoder.CrossEncoderReranker.load", "rerankers.bi_encoder.BiEncoderReranker.load",
     "indexes.registry.register", "indexes.registry.make_first_stage", "indexes.registry.available",
     "indexes.lucene.build_index", "pipeline.api.Reranker.load", "pipeline.api.Reranker.score",
-    "pipeline.api.Reranker.rank", "pipeline.api.load_model",
+    "pipeline.api.Reranker.rank", "pipeline.api.load_model", "pipeline.pyterrier.reranker",
     "pipeline.core.evaluation.evaluate", "pipeline.core.evaluation.compare",
     "pipeline.core.datasets.registry.load_dataset",
     "pipeline.core.datasets.registry.register_dataset", "pipeline.core.formats.runs.read_run",
