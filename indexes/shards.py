@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 def chunks(items: Iterable, size: int) -> Iterator[list]:
     """``items`` in lists of ``size`` (the last one shorter).
 
+    Args:
+        items: any iterable.
+        size: the list length.
+
+    Yields:
+        Lists of up to ``size`` items, in order.
+
     Example:
         >>> list(chunks(range(5), 2))
         [[0, 1], [2, 3], [4]]
@@ -41,7 +48,14 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
 
 def prepare_shards(shards: Path, manifest: dict, manifest_file: str, force: bool) -> None:
     """Keep the folder ``shards`` of an interrupted build only when it was written for ``manifest`` (and not
-    ``force``); else start it afresh, with ``manifest`` in ``manifest_file``."""
+    ``force``); else start it afresh, with ``manifest`` in ``manifest_file``.
+
+    Args:
+        shards: the shards' folder.
+        manifest: what the build is for (its options and documents' identity).
+        manifest_file: the manifest's file name inside ``shards``.
+        force: start afresh whatever the folder holds.
+    """
     if shards.is_dir():
         try:
             previous = json.loads((shards / manifest_file).read_text(encoding="utf-8"))

@@ -74,6 +74,9 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "indexes.dense": ("DenseRetriever", "dense_options", "dense_first_stage"),
     "indexes.hybrid": ("HybridRetriever", "hybrid_options", "hybrid_first_stage"),
     "indexes.dense_encoder": None,
+    "indexes.jvm": None,
+    "indexes.shards": None,
+    "indexes.lucene_check": None,
     # the notebook API, the PyTerrier API, records, errors, evaluation, datasets and evaluation protocols
     "pipeline.api": None,
     "pipeline.pyterrier": ("reranker", "first_stage", "text_loader", "topics", "qrels"),
@@ -134,7 +137,8 @@ RUN_EXAMPLES = (
     "rerankers.embeddings.oov_bounds", "pipeline.core.datasets.pair_format.wikiqa_split_name",
     "pipeline.core.plugins.Registry.__init__", "pipeline.core.runtime.resolve_device",
     "pipeline.core.runtime.requested_precision", "pipeline.core.runtime.resolve_precision",
-    "pipeline.core.vocabulary.tokenize", "pipeline.core.vocabulary.Vocabulary.build", "pipeline.core.vocabulary.ngrams",
+    "indexes.shards.chunks", "pipeline.core.vocabulary.tokenize", "pipeline.core.vocabulary.Vocabulary.build",
+    "pipeline.core.vocabulary.ngrams",
 )
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>Args|Arguments|Returns|Yields|Raises|Example|Examples|"
