@@ -122,8 +122,8 @@ def assert_padding_never_changes_a_score(score, pad, columns, extra_q=3, extra_d
 class NothingToLearn:
     """The parts of a test's plugin re-ranker that has nothing to learn (its subclass sets ``name`` and
     ``score``): ``fit`` does nothing, ``save`` writes a marker checkpoint naming the re-ranker (the model cache
-    needs one), ``load`` gives a fresh instance. ``tests/test_config.py`` keeps a standalone plugin written
-    as the README shows."""
+    needs one), ``load`` gives a fresh instance. ``tests/pipeline/engine/test_config.py`` keeps a standalone
+    plugin written as the README shows."""
 
     name = "nothing-to-learn"
 
