@@ -87,6 +87,8 @@ PUBLIC_API: dict[str, tuple[str, ...] | None] = {
     "pipeline.core.home": None,
     "pipeline.core.vocabulary": None,
     "pipeline.core.docstore": None,
+    "pipeline.core.atomic": None,
+    "pipeline.core.progress": None,
     "pipeline.core.evaluation": None,
     "pipeline.core.measures": None,
     "pipeline.core.datasets.registry": None,
@@ -138,7 +140,7 @@ RUN_EXAMPLES = (
     "pipeline.core.plugins.Registry.__init__", "pipeline.core.runtime.resolve_device",
     "pipeline.core.runtime.requested_precision", "pipeline.core.runtime.resolve_precision",
     "indexes.shards.chunks", "pipeline.core.vocabulary.tokenize", "pipeline.core.vocabulary.Vocabulary.build",
-    "pipeline.core.vocabulary.ngrams",
+    "pipeline.core.vocabulary.ngrams", "pipeline.core.atomic.atomic_write", "pipeline.core.progress.progress_switch",
 )
 
 SECTION = re.compile(r"^(?P<indent>[ \t]*)(?P<name>Args|Arguments|Returns|Yields|Raises|Example|Examples|"

@@ -59,6 +59,9 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     Args:
         path: the target a write is about to produce (it need not exist).
 
+    Returns:
+        The siblings removed.
+
     Example:
         >>> remove_stale_temps(cache / "cranfield-porter-stop-1a2b3c")  # doctest: +SKIP
         [PosixPath('.../.cranfield-porter-stop-1a2b3c.pid4242@host.k3j2l1m0.tmp')]
@@ -121,6 +124,20 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 
     If the ``with`` body raises (or the process is killed), ``path`` keeps its previous content (or does
     not exist) and the temporary file is removed (or, after a kill, left as a hidden ``.name.*.tmp``).
+
+    Args:
+        path: the file to write (its folder is created).
+        mode: ``open``'s mode (``w``, ``wb``, ...).
+        encoding: the text encoding (ignored in binary mode).
+
+    Yields:
+        The open temporary file.
+
+    Example:
+        >>> with atomic_write("report.md") as handle:
+        ...     _ = handle.write("# Report\\n")
+        >>> Path("report.md").read_text()
+        '# Report\\n'
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +162,12 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
 
     An existing ``path`` is replaced only after the new content is complete; on failure the temporary
     directory is deleted and ``path`` is left as it was.
+
+    Args:
+        path: the directory to produce (its parent is created).
+
+    Yields:
+        The temporary directory to fill.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +193,11 @@ def readable_modes(directory: str | os.PathLike) -> None:
     """Give every file and folder under ``directory`` at least the permissions ``open()`` and ``mkdir()``
     would (``0o666`` / ``0o777`` less the umask): libraries that write through their own temporary files
     leave some at ``0o600`` (transformers' ``model.safetensors``), unreadable to the other users of a shared
-    cache or export while the files beside them are."""
+    cache or export while the files beside them are.
+
+    Args:
+        directory: the folder to walk (symbolic links are left alone).
+    """
     mask = _umask()
     for root, folders, files in os.walk(directory):
         for name, wanted in [*((f, 0o777) for f in folders), *((f, 0o666) for f in files)]:
@@ -183,7 +210,15 @@ def readable_modes(directory: str | os.PathLike) -> None:
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`); returns the path."""
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`).
+
+    Args:
+        path: the file to write.
+        text: its content.
+
+    Returns:
+        The path written.
+    """
     with atomic_write(path) as handle:
         handle.write(text)
     return Path(path)

@@ -46,13 +46,27 @@ LOG_PERIOD = 30.0
 def progress_switch(show: bool) -> dict:
     """tqdm keyword arguments for a bar that is shown when ``show``: none then, so that the user's
     ``TQDM_DISABLE=1`` still turns it off (an explicit ``disable=False`` would override it), and
-    ``disable=True`` otherwise."""
+    ``disable=True`` otherwise.
+
+    Args:
+        show: whether the bar is wanted.
+
+    Returns:
+        Keyword arguments for tqdm.
+
+    Example:
+        >>> progress_switch(False)
+        {'disable': True}
+    """
     return {} if show else {"disable": True}
 
 
 def log_period() -> float:
-    """Seconds between progress lines off a terminal: ``PIPELINE_PROGRESS_SECONDS`` (a positive number),
-    else :data:`LOG_PERIOD`."""
+    """Seconds between progress lines off a terminal.
+
+    Returns:
+        ``PIPELINE_PROGRESS_SECONDS`` (a positive number), else :data:`LOG_PERIOD`.
+    """
     text = os.environ.get("PIPELINE_PROGRESS_SECONDS", "")
     try:
         value = float(text)
@@ -62,7 +76,14 @@ def log_period() -> float:
 
 
 def on_terminal(stream: Any = None) -> bool:
-    """Whether ``stream`` (default: stderr, where tqdm draws) is a terminal."""
+    """Whether ``stream`` is a terminal.
+
+    Args:
+        stream: a stream (default: stderr, where tqdm draws).
+
+    Returns:
+        False also for a stream without ``isatty`` or a closed one.
+    """
     stream = sys.stderr if stream is None else stream
     try:
         return bool(stream.isatty())
@@ -83,7 +104,12 @@ class _Discard:
 class tqdm(_auto_tqdm):  # noqa: N801 - a drop-in for tqdm's own class name
     """``tqdm.auto.tqdm``, except that off a terminal (see the module docstring) nothing is drawn and the
     progress is logged every :func:`log_period` seconds and when the bar closes (bars with ``leave=False``,
-    such as one epoch's batches, log no closing line). Every tqdm argument works as usual."""
+    such as one epoch's batches, log no closing line). Every tqdm argument works as usual.
+
+    Args:
+        *args: as ``tqdm`` takes them.
+        **kwargs: as ``tqdm`` takes them (``mininterval`` is at least :func:`log_period` off a terminal).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any):
         stream = kwargs.get("file")
@@ -96,7 +122,15 @@ class tqdm(_auto_tqdm):  # noqa: N801 - a drop-in for tqdm's own class name
         super().__init__(*args, **kwargs)
 
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:
-        """Draw the bar (on a terminal) or log its progress (elsewhere)."""
+        """Draw the bar (on a terminal) or log its progress (elsewhere).
+
+        Args:
+            msg: as tqdm's ``display`` takes it (``""``: the bar is being cleared).
+            pos: as tqdm's ``display`` takes it.
+
+        Returns:
+            True, as tqdm's ``display``.
+        """
         if not getattr(self, "_logged", False):
             return super().display(msg, pos)
         if msg == "":  # the bar is being cleared (leave=False): nothing to say
@@ -108,8 +142,11 @@ class tqdm(_auto_tqdm):  # noqa: N801 - a drop-in for tqdm's own class name
         return True
 
     def log_line(self) -> str:
-        """The bar's state as one line of text: description, percentage and count, elapsed (and remaining)
-        time and rate."""
+        """The bar's state as one line of text.
+
+        Returns:
+            Description, percentage and count, elapsed (and remaining) time and rate.
+        """
         values = self.format_dict
         desc = values.get("prefix") or ""
         total = values.get("total")
@@ -131,7 +168,11 @@ class tqdm(_auto_tqdm):  # noqa: N801 - a drop-in for tqdm's own class name
 
 def redirect_logging(logger: logging.Logger | None = None) -> None:
     """Route ``logger``'s (default: the root logger's) console handlers through ``tqdm.write`` for the rest
-    of the process (``tqdm.contrib.logging.logging_redirect_tqdm``), so that log lines never break a bar."""
+    of the process (``tqdm.contrib.logging.logging_redirect_tqdm``), so that log lines never break a bar.
+
+    Args:
+        logger: the logger whose handlers are routed (default: the root logger).
+    """
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     target = logger if logger is not None else logging.getLogger()
