@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.core.errors import CheckpointError
+from pipeline.core.vocabulary import IDFStatistics
 from rerankers.drmm import DRMMConfig, DRMMModel, DRMMReranker
 from rerankers.knrm import ConvKNRMConfig, ConvKNRMModel, ConvKNRMReranker, KNRMConfig, KNRMModel, KNRMReranker
 from rerankers.matchpyramid import MatchPyramidConfig, MatchPyramidModel, MatchPyramidReranker
@@ -254,14 +255,14 @@ def test_drmm_with_idf_gating_requires_idf():
 
 
 def test_drmm_reranker_features_are_collection_idf():
-    class FakeIDF:
-        def idf(self, word):
-            return {"rare": 4.0, "common": 0.5}.get(word, 2.0)
-
+    # the real statistics of a four-document collection: "rare" in 1 document, "common" in 4, "other" in none
+    docs = [["rare", "common"], ["common"], ["common", "word"], ["common"]]
     reranker = DRMMReranker()
-    reranker.idf = FakeIDF()
+    reranker.idf = IDFStatistics.build(docs)
+    idf = lambda df: math.log(1 + (4 - df + 0.5) / (df + 0.5))        # BM25's IDF over N = 4 documents
     features = reranker.features([["rare", "common"], ["other"]], 3)
-    torch.testing.assert_close(features["query_idf"], torch.tensor([[4.0, 0.5, 0.0], [2.0, 0.0, 0.0]]))
+    torch.testing.assert_close(features["query_idf"], torch.tensor([[idf(1), idf(4), 0.0], [idf(0), 0.0, 0.0]]))
+    assert idf(0) > idf(1) > idf(4) > 0
     assert DRMMReranker.from_options({"gating": "tv"}).features([["rare"]], 1) == {}
 
 

@@ -9,45 +9,73 @@ import pytest
 from pipeline.core import runtime
 
 
-class FakeLibc:
-    def __init__(self):
-        self.calls = []
+#: run in a child process, so that the real glibc settings (kept until exit) do not change the test process:
+#: a 64 MiB block, which glibc maps on its own by default, comes from the heap, and the heap keeps it once freed
+ALLOCATOR_PROBE = """
+import ctypes, ctypes.util, json
+from pipeline.core import runtime
 
-    def mallopt(self, option, value):
-        self.calls.append((option, value))
-        return 1
-
-
-def test_keep_freed_memory_sets_both_thresholds_on_glibc(monkeypatch):
-    fake = FakeLibc()
-    monkeypatch.setattr(runtime.sys, "platform", "linux")
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
-    monkeypatch.delenv("PIPELINE_KEEP_FREED_MEMORY", raising=False)
-    assert runtime.keep_freed_memory()
-    assert fake.calls == [(-3, runtime.MMAP_THRESHOLD), (-1, runtime.TRIM_THRESHOLD)]
+applied = runtime.keep_freed_memory()
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
 
 
-@pytest.mark.parametrize("platform, variable", [("linux", "0"), ("darwin", None)])
-def test_keep_freed_memory_can_be_refused_and_is_linux_only(monkeypatch, platform, variable):
-    fake = FakeLibc()
-    monkeypatch.setattr(runtime.sys, "platform", platform)
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
-    if variable is None:
-        monkeypatch.delenv("PIPELINE_KEEP_FREED_MEMORY", raising=False)
-    else:
-        monkeypatch.setenv("PIPELINE_KEEP_FREED_MEMORY", variable)
-    assert not runtime.keep_freed_memory() and fake.calls == []
+def heap():
+    for line in open("/proc/self/maps"):
+        if line.rstrip().endswith("[heap]"):
+            return tuple(int(x, 16) for x in line.split()[0].split("-"))
+    return 0, 0
 
 
-def test_keep_freed_memory_without_mallopt_is_false(monkeypatch):
-    monkeypatch.setattr(runtime.sys, "platform", "linux")
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())       # a C library without mallopt (musl)
+size = 64 << 20
+block = libc.malloc(size)
+start, end = heap()
+in_heap = start <= block < end
+libc.free(block)
+start, end = heap()
+print(json.dumps({"applied": applied, "in_heap": in_heap, "kept_after_free": end - start >= size}))
+"""
+
+
+def probe_allocator(setting: str | None) -> dict:
+    """What :data:`ALLOCATOR_PROBE` finds in a fresh interpreter with ``PIPELINE_KEEP_FREED_MEMORY=setting``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINE_KEEP_FREED_MEMORY"}
+    if setting is not None:
+        env["PIPELINE_KEEP_FREED_MEMORY"] = setting
+    done = subprocess.run([sys.executable, "-c", ALLOCATOR_PROBE], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(not runtime.sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_keep_freed_memory_makes_the_real_glibc_keep_large_freed_blocks():
+    assert probe_allocator(None) == {"applied": True, "in_heap": True, "kept_after_free": True}
+
+
+@pytest.mark.skipif(not runtime.sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_keep_freed_memory_can_be_refused():
+    # glibc's defaults: the block gets its own mapping, returned to the system when freed
+    assert probe_allocator("0") == {"applied": False, "in_heap": False, "kept_after_free": False}
+
+
+def test_keep_freed_memory_is_linux_only(monkeypatch):
+    monkeypatch.setattr(runtime.sys, "platform", "darwin")
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: pytest.fail("the C library was loaded off Linux"))
     monkeypatch.delenv("PIPELINE_KEEP_FREED_MEMORY", raising=False)
     assert not runtime.keep_freed_memory()
 
 
-def test_the_real_allocator_accepts_the_settings_here():
-    assert runtime.keep_freed_memory() is runtime.sys.platform.startswith("linux")
+def test_keep_freed_memory_without_mallopt_is_false(monkeypatch):
+    monkeypatch.setattr(runtime.sys, "platform", "linux")
+    # a C library without mallopt (musl) cannot be loaded beside glibc: a bare object stands for it
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())
+    monkeypatch.delenv("PIPELINE_KEEP_FREED_MEMORY", raising=False)
+    assert not runtime.keep_freed_memory()
 
 
 def test_native_bf16_is_a_boolean_matching_torch():
