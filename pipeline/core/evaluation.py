@@ -1,5 +1,6 @@
-"""Evaluation of TREC runs with ir-measures: aggregates, per-query values, paired significance tests against a
-baseline with multiple-testing correction, a Markdown table, a JSON report and a per-query delta figure.
+"""Evaluation of TREC runs with ir-measures: aggregates, per-query values, the comparison of runs against a
+baseline (paired tests from :mod:`pipeline.core.significance`), its Markdown table, JSON report and per-query
+delta figure.
 
 Measures use ir-measures' syntax (``AP nDCG@10 P@30 RR@10 R@1000``, ``AP(rel=2)``); trec_eval's names are
 accepted too (``map P_10 P.10 ndcg_cut_10 recip_rank recall_100 Rprec bpref``,
@@ -26,6 +27,9 @@ from .measures import (  # noqa: F401
     malformed_measure, parse_measure_name, parse_measures, read_measure_name, split_measure_name,
 )
 from .records import Qrel, Run, ScoredDoc
+# run naming and the significance tests lived here before their own modules: importable from here as before
+from .run_names import run_labels, run_name  # noqa: F401
+from .significance import correct_pvalues, paired_test
 
 
 @dataclass
@@ -68,39 +72,6 @@ def evaluate(run: Run | Iterable[ScoredDoc], qrels: Iterable[Qrel], measures, na
         per_query[str(metric.measure)][metric.query_id] = float(metric.value)
     aggregate = {str(m): float(v) for m, v in ir_measures.calc_aggregate(measures, qrels, runs).items()}
     return Evaluation(name, {str(m): aggregate.get(str(m), float("nan")) for m in measures}, per_query)
-
-
-def correct_pvalues(pvalues: Sequence[float], method: str = "holm") -> list[float]:
-    """Adjust p-values for multiple comparisons.
-
-    Args:
-        pvalues: the raw p-values.
-        method: ``holm`` (step-down), ``bonferroni`` or ``none``.
-
-    Returns:
-        The adjusted p-values, in the order given.
-
-    Raises:
-        PipelineError: an unknown method.
-
-    Example:
-        >>> correct_pvalues([0.01, 0.04], "holm")
-        [0.02, 0.04]
-    """
-    n = len(pvalues)
-    if method == "none" or n == 0:
-        return list(pvalues)
-    if method == "bonferroni":
-        return [min(1.0, p * n) for p in pvalues]
-    if method != "holm":
-        raise PipelineError(f"unknown correction {method!r}; expected holm, bonferroni or none")
-    order = sorted(range(n), key=lambda i: pvalues[i])
-    adjusted = [0.0] * n
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (n - rank) * pvalues[index]))
-        adjusted[index] = running
-    return adjusted
 
 
 @dataclass
@@ -218,31 +189,6 @@ class Comparison:
             rows.append("")
             rows.append(f"p: paired {self.test} vs {self.baseline}, {self.correction}-corrected per measure; * p < {self.alpha}")
         return "\n".join(rows)
-
-
-def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest") -> float:
-    """Two-sided p-value of a paired test.
-
-    Args:
-        a: one run's per-query values.
-        b: the other's, for the same queries in the same order.
-        test: ``ttest`` or ``wilcoxon``.
-
-    Returns:
-        The p-value; 1.0 when the samples are identical or fewer than 2.
-
-    Raises:
-        PipelineError: an unknown test.
-    """
-    from scipy import stats
-
-    if len(a) < 2 or all(x == y for x, y in zip(a, b)):
-        return 1.0
-    if test == "ttest":
-        return float(stats.ttest_rel(a, b).pvalue)
-    if test == "wilcoxon":
-        return float(stats.wilcoxon(a, b).pvalue)
-    raise PipelineError(f"unknown test {test!r}; expected ttest or wilcoxon")
 
 
 def compare(
@@ -399,71 +345,3 @@ def save_report(comparison: Comparison, output_dir: str | os.PathLike, stem: str
     return paths
 
 
-def run_name(path: str | os.PathLike) -> str:
-    """A run's display name: its file name without ``.run``/``.txt``/``.trec``.
-
-    Args:
-        path: the run file.
-
-    Returns:
-        The name.
-
-    Example:
-        >>> run_name("runs/bm25.run")
-        'bm25'
-    """
-    name = Path(path).name
-    for suffix in (".run", ".txt", ".trec"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def run_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Distinct display names for run files, in order: :func:`run_name` where it is unique, else the file name
-    prefixed with as few parent folders as tell it apart from the runs sharing its name (``runs/a/x.run`` and
-    ``runs/b/x.run`` -> ``a/x`` and ``b/x``). Files no folder tells apart (``x.run`` and ``x.txt`` in one
-    folder) keep their path as given, and the same file given twice is numbered (``x``, ``x (2)``).
-
-    Args:
-        paths: the run files.
-
-    Returns:
-        One label per path, in order.
-
-    Example:
-        >>> run_labels(["runs/a/x.run", "runs/b/x.run"])
-        ['a/x', 'b/x']
-    """
-    files = [Path(os.path.abspath(p)) for p in paths]
-    parents = [f.parent.parts[1:][::-1] for f in files]  # nearest folder first, the root left out
-    depth = [0] * len(paths)
-
-    def label(i: int) -> str:
-        return "/".join([*reversed(parents[i][: depth[i]]), run_name(paths[i])])
-
-    exhausted: set[int] = set()
-    while True:
-        groups: dict[str, list[int]] = {}
-        for i in range(len(paths)):
-            if i not in exhausted:
-                groups.setdefault(label(i), []).append(i)
-        clashing = [i for group in groups.values() if len(group) > 1 for i in group]
-        if not clashing:
-            break
-        # labels of different depths hold different numbers of "/", so only equal depths can clash
-        for i in clashing:
-            if depth[i] < len(parents[i]):
-                depth[i] += 1
-            else:
-                exhausted.add(i)
-    # the same file twice: its name, numbered below; two files no folder tells apart: their paths as given
-    repeated = {f for f in files if files.count(f) > 1}
-    labels = [label(i) if i not in exhausted else run_name(paths[i]) if files[i] in repeated else str(paths[i])
-              for i in range(len(paths))]
-    seen: dict[str, int] = {}
-    for i, text in enumerate(labels):
-        seen[text] = seen.get(text, 0) + 1
-        if seen[text] > 1:
-            labels[i] = f"{text} ({seen[text]})"
-    return labels
