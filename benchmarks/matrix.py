@@ -175,6 +175,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
                      "trecqa": Source("trecqa/hcan.json", "hcan-HCAN")}),
     ("HCAN", TUNED, {"mb2014": Source("microblog/2014-hcan-headline.json", "hcan+interp"),
                      **_models("dl/{year}-hcan.json", "hcan+interp", ["dl19", "dl20"])}),
+    ("HCAN", SAFE, {"mb2014": Source("microblog/2014-hcan-headline-safe.json", "hcan+safe")}),
     ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
     ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
     ("HCAN, hinge loss, up to 20 epochs", ALONE,
