@@ -97,28 +97,6 @@ def random_pairs(num, seed, max_q=6, max_d=12, *, vocab):
     return queries, docs
 
 
-def assert_padding_never_changes_a_score(score, pad, columns, extra_q=3, extra_d=9, garbage_alone=None):
-    """The contract every word-level model keeps: a pair scores the same alone (padded to its own length) as
-    inside a batch padded ``extra_q`` / ``extra_d`` positions wider, whose padding holds random ids that only
-    the masks hide.
-
-    Args:
-        score: the model's scores of one padded batch, e.g. ``lambda batch: model(*batch)``.
-        pad: the module's ``pad_batch`` (``pad(*columns, extra_q=..., extra_d=...)``).
-        columns: the pairs as parallel lists (queries, docs[, idfs]) as ``random_pairs`` returns them.
-        extra_q, extra_d: the extra padding of the batch.
-        garbage_alone: passed to ``pad`` as ``garbage`` for the pairs alone (``None``: ``pad``'s default).
-
-    Example:
-        >>> assert_padding_never_changes_a_score(lambda b: model(*b), pad_batch, random_pairs(6, seed=2))  # doctest: +SKIP
-    """
-    alone_options = {} if garbage_alone is None else {"garbage": garbage_alone}
-    with torch.no_grad():
-        alone = torch.cat([score(pad(*[[value] for value in pair], **alone_options)) for pair in zip(*columns)])
-        batched = score(pad(*columns, extra_q=extra_q, extra_d=extra_d))
-    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
-
-
 class NothingToLearn:
     """The parts of a test's plugin re-ranker that has nothing to learn (its subclass sets ``name`` and
     ``score``): ``fit`` does nothing, ``save`` writes a marker checkpoint naming the re-ranker (the model cache
@@ -309,11 +287,12 @@ def varied_dataset(seed: int = 0) -> Dataset:
                    _store=docs)
 
 
-def word_model(name: str, dataset: Dataset, seed: int = 1):
+def word_model(name: str, dataset: Dataset, seed: int = 1, **options):
     """Re-ranker ``name`` built small as the pipeline builds it (``from_options`` and ``prepare`` are
-    optional: a plugin written as docs/plugins.md shows may have neither) and prepared on ``dataset``."""
+    optional: a plugin written as docs/plugins.md shows may have neither) and prepared on ``dataset``;
+    ``options`` are its ``--set`` options (for a re-ranker with ``from_options``)."""
     cls = reranker_class(name)
-    options = {"embeddings": "random", "embedding_dim": 16} if hasattr(cls, "from_options") else {}
+    options = {"embeddings": "random", "embedding_dim": 16, **options} if hasattr(cls, "from_options") else {}
     reranker = untrained_reranker(cls, options, seed)
     if hasattr(reranker, "prepare"):
         reranker.prepare(RankingData.from_dataset(dataset, list(dataset.queries), dataset.first_stage), dataset)

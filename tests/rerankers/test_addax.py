@@ -182,17 +182,14 @@ def test_mag_gate_e_uses_position_rows_and_ignores_padding():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_shapes_and_padding_never_changes_a_score(tiny_encoder, name):
+def test_a_batch_encodes_each_query_once(tiny_encoder, name):
+    # that padding never changes a score is the contract of tests/rerankers/test_every_reranker.py
     reranker = make(name, tiny_encoder, doc_cache_size=0)
     queries = [QUERY, Query("q2", "tigers"), Query("q3", "")]
     pairs = [(queries[i % 3], doc) for i, doc in enumerate(DOCS)]
     batch = reranker.encode(pairs)
     assert batch["query_ids"].shape[0] == 3 and batch["doc_ids"].shape[0] == 5
     assert batch["query_index"].tolist() == [0, 1, 2, 0, 1]
-    together = scores_of(reranker, pairs)
-    assert together.shape == (5,) and torch.isfinite(together).all()
-    alone = torch.cat([scores_of(reranker, [pair]) for pair in pairs])
-    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
 
 
 def test_encode_positions_keep_cls_and_text_but_not_sep(tiny_encoder):

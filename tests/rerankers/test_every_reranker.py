@@ -1,6 +1,9 @@
 """One contract, every registered re-ranker (MatchZoo-py's "test every model" idea): built small, each scores
 finite numbers, a document's score does not depend on the padding its batch needs or on the other queries in
-the batch, a saved model loads back with the same scores, and the same seed builds the same model.
+the batch, a saved model loads back with the same scores, and the same seed builds the same model; and, at
+the level of ``encode``/``forward``, padding never changes a score (with random ids in a word-level model's
+padding), for the defaults and for the option variants in :data:`VARIANTS` that take other code paths (this
+test replaced the per-model copies of it in the model tests).
 
 The list is the registry itself (:func:`rerankers.available`, entry points included), so a re-ranker added
 to it is tested here without editing this file. Word-level models are prepared on the varied synthetic
@@ -82,6 +85,89 @@ def test_every_registered_reranker_keeps_the_contract(name, dataset, items, tiny
     again = build(name, dataset, tiny_encoder)
     for (query, docs), want in zip(items, per_query):
         assert again.score(query, docs) == want
+
+
+#: options of registered re-rankers that take other code paths, each checked by the padding contract below
+#: besides the defaults (the variants its per-model copies used to check, with their small sizes)
+_MVLSTM = dict(hidden_size=6, top_k=7, tensor_channels=3)   # top_k over the real cells of short pairs: zero-filled slots
+_HCAN = dict(num_layers=3, kernel_size=2, num_filters=16, hidden_dim=8, query_slots=8)
+_SRNN = dict(tensor_channels=4, hidden_dim=5)
+VARIANTS = {
+    "mvlstm": [dict(_MVLSTM, interaction="cosine")],
+    "amvlstm": [dict(_MVLSTM, attention="qa", interaction="cosine"), dict(_MVLSTM, attention="q", interaction="bilinear"),
+                dict(_MVLSTM, attention="a", interaction="tensor")],
+    "hcan": [dict(_HCAN, encoder=encoder, matching=matching)
+             for encoder in ("deep", "wide", "contextual") for matching in ("rm", "sm", "full")],
+    "iasm": [dict(num_layers=1), dict(num_layers=3, aggregation="softmax")],   # and the default 5 layers
+    "iasm-static": [dict(num_layers=3)],
+    "knrm": [dict(output_tanh=False)],
+    "conv-knrm": [dict(num_filters=8), dict(num_filters=8, cross_match=False)],
+    "drmm": [dict(gating="tv", histogram="nh", hidden_sizes="6,4")],
+    "matchpyramid": [dict(num_filters=4, hidden_size=8), dict(similarity="dot", num_filters=4),
+                     dict(similarity="indicator", num_filters=4, kernel_height=2, kernel_width=4),
+                     dict(similarity="gaussian", num_filters=4, pool_query=2, pool_doc=5)],
+    "match-srnn": [_SRNN],
+    "bi-match-srnn": [_SRNN],
+}
+CASES = [(name, options) for name in NAMES for options in [{}, *VARIANTS.get(name, [])]]
+CASE_IDS = [f"{name}-{number}" for name in NAMES for number in range(1 + len(VARIANTS.get(name, [])))]
+
+
+def test_the_variants_are_of_registered_rerankers():
+    assert set(VARIANTS) <= set(NAMES)
+
+
+def garbage_padding(batch: dict, extra_q: int, extra_d: int, vocab_size: int, seed: int = 0) -> dict:
+    """A word-level batch (``query_ids``/``query_mask``/``doc_ids``/``doc_mask`` and query features whose
+    last axis is the query's) padded ``extra_q``/``extra_d`` positions wider, every padding position (the
+    old ones too) holding random ids in ``[2, vocab_size)`` and random features: only the masks hide them."""
+    gen = torch.Generator().manual_seed(seed)
+    masks = {side: torch.cat([batch[f"{side}_mask"], torch.zeros(len(batch[f"{side}_mask"]), extra, dtype=torch.bool)],
+                             dim=1) for side, extra in (("query", extra_q), ("doc", extra_d))}
+    wide = {"query_mask": masks["query"], "doc_mask": masks["doc"]}
+    for key, value in batch.items():
+        if key.endswith("_mask"):
+            continue
+        side = "doc" if key.startswith("doc_") else "query"
+        mask = masks[side].view(len(value), *[1] * (value.dim() - 2), -1)
+        extra = extra_d if side == "doc" else extra_q
+        value = torch.cat([value, torch.zeros(*value.shape[:-1], extra, dtype=value.dtype)], dim=-1)
+        if value.dtype == torch.long:
+            noise = torch.randint(2, vocab_size, value.shape, generator=gen)
+        else:
+            noise = torch.rand(value.shape, generator=gen) * 5
+        wide[key] = torch.where(mask, value, noise)
+    return wide
+
+
+@pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
+def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encoder):
+    """A pair scores the same alone (padded to its own length) as in a batch of other pairs padded to the
+    longest of them, in any order; a word-level model's batch is padded wider still with random ids and
+    features that only the masks hide. Empty texts included."""
+    from pipeline.core.records import Doc, Query
+
+    if name in TRANSFORMERS:
+        reranker = transformer_model(name, tiny_encoder, **options, **({"doc_cache_size": 0} if "addax" in name else {}))
+    else:
+        reranker = word_model(name, dataset, **options)
+    if not (hasattr(reranker, "encode") and hasattr(reranker, "forward")):
+        pytest.skip(f"{name} has no encode/forward: the contract test above checks its padding through score()")
+    docs = [doc for _, candidates in items for doc in candidates]
+    pairs = [(query, docs[(7 * number) % len(docs)]) for number, (query, _) in enumerate(items)]
+    pairs += [(Query("empty", ""), docs[0]), (items[0][0], Doc("empty", "")), (items[1][0], max(docs, key=lambda d: len(d.text)))]
+    order = [(5 * k) % len(pairs) for k in range(len(pairs))]
+    assert sorted(order) == list(range(len(pairs)))
+    reranker.module.eval()
+    with torch.no_grad():
+        alone = torch.cat([reranker.forward(reranker.encode([pair])) for pair in pairs])
+        batches = [(reranker.encode(pairs), list(range(len(pairs)))), (reranker.encode([pairs[k] for k in order]), order)]
+        if "query_mask" in batches[0][0] and "doc_mask" in batches[0][0]:
+            batches.append((garbage_padding(batches[0][0], 3, 9, len(reranker.vocab)), list(range(len(pairs)))))
+        for batch, rows in batches:
+            together = reranker.forward(batch)
+            assert together.shape == (len(pairs),) and torch.isfinite(together).all()
+            torch.testing.assert_close(together, alone[rows], atol=1e-5, rtol=1e-5)
 
 
 def test_a_word_level_model_scores_the_text_it_is_given_not_the_text_it_saw_under_that_id(dataset, items):

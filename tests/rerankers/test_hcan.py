@@ -1,7 +1,6 @@
 """Tests for rerankers.hcan: shapes, masking, phrase conventions, eq. 1, learning."""
 
 import itertools
-from functools import partial
 
 import pytest
 import torch
@@ -14,7 +13,6 @@ from rerankers.hcan import (
     hcan_query_phrases,
     relevance_matching_features,
 )
-from tests import helpers
 
 VOCAB, EMBED = 50, 12
 COMBOS = list(itertools.product(["deep", "wide", "contextual"], ["rm", "sm", "full"]))
@@ -73,28 +71,6 @@ def test_forward_shapes_and_finite_scores(encoder, matching):
     scores = model(*batch)
     assert scores.shape == (4,)
     assert torch.isfinite(scores).all()
-
-
-@pytest.mark.parametrize("encoder,matching", COMBOS)
-def test_padding_never_changes_a_score(encoder, matching):
-    config = small_config(encoder, matching)
-    model = make_model(config).eval()
-    levels = config.num_layers + 1
-    helpers.assert_padding_never_changes_a_score(lambda batch: model(*batch), partial(pad_batch, num_levels=levels),
-                                                 random_pairs(5, levels, seed=2), extra_q=2, extra_d=7)
-
-
-@pytest.mark.parametrize("encoder", ["deep", "wide", "contextual"])
-def test_pairs_do_not_interact_inside_a_batch(encoder):
-    config = small_config(encoder, "full")
-    model = make_model(config).eval()
-    levels = config.num_layers + 1
-    queries, docs, idfs = random_pairs(4, levels, seed=3)
-    with torch.no_grad():
-        full = model(*pad_batch(queries, docs, idfs, levels))
-        swapped = model(*pad_batch(queries[:1] + queries[2:] + queries[1:2], docs[:1] + docs[2:] + docs[1:2],
-                                   idfs[:1] + idfs[2:] + idfs[1:2], levels))
-    torch.testing.assert_close(swapped, torch.cat([full[:1], full[2:], full[1:2]]), atol=1e-5, rtol=1e-5)
 
 
 def test_query_longer_than_max_query_len():

@@ -56,13 +56,6 @@ def test_shapes_follow_the_transposes_of_eq4_to_eq7(matrix, num_layers):
     assert torch.all(scores <= 0) and torch.all(scores >= -2)  # -s, s a convex mix of distances in [0, 2]
 
 
-@pytest.mark.parametrize("matrix,num_layers,aggregation", [("static", 3, "sum"), ("dynamic", 1, "sum"),
-                                                           ("dynamic", 5, "sum"), ("dynamic", 3, "softmax")])
-def test_padding_never_changes_a_score(matrix, num_layers, aggregation):
-    model = make_model(matrix, num_layers, seed=1, aggregation=aggregation).eval()
-    helpers.assert_padding_never_changes_a_score(lambda batch: model(*batch), pad_batch, random_pairs(6, seed=2))
-
-
 def test_static_and_dynamic_differ_from_the_second_layer_on():
     static = make_model("static", 3, seed=3)
     dynamic = IASMModel(IASMConfig(matrix="dynamic", num_layers=3), torch.zeros(VOCAB, EMBED))

@@ -179,24 +179,6 @@ def test_forward_shapes_and_finite_scores(bidirectional):
     assert scores.shape == (4,) and torch.isfinite(scores).all()
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
-def test_padding_never_changes_a_score(bidirectional):
-    model = make_model(bidirectional).eval()
-    helpers.assert_padding_never_changes_a_score(lambda batch: model(*batch), pad_batch, random_pairs(6, seed=2),
-                                                 garbage_alone=False)
-
-
-@pytest.mark.parametrize("bidirectional", [False, True])
-def test_pairs_do_not_interact_inside_a_batch(bidirectional):
-    model = make_model(bidirectional).eval()
-    queries, docs = random_pairs(5, seed=3)
-    order = [3, 0, 4, 1, 2]
-    with torch.no_grad():
-        full = model(*pad_batch(queries, docs))
-        permuted = model(*pad_batch([queries[k] for k in order], [docs[k] for k in order]))
-    torch.testing.assert_close(permuted, full[order], atol=1e-5, rtol=1e-5)
-
-
 def test_unidirectional_score_is_eq5_on_the_real_corner():
     model = make_model().eval()
     queries, docs = random_pairs(3, seed=4)
