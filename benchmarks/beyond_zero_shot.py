@@ -74,6 +74,7 @@ SAFE_FILES = {
     "dl/2020-bi-encoder-zero-shot.json": "dl/2020-bi-encoder-zero-shot-safe.json",
     "dl/2021-bi-encoder-zero-shot.json": "dl/2021-bi-encoder-zero-shot-safe.json",
     "microblog/2014-hcan-headline.json": "microblog/2014-hcan-headline-safe.json",
+    "dl/2021-knrm-drmm.json": "dl/2021-knrm-drmm-safe.json",
 }
 
 #: why a row was not re-measured: its trained models are not cached on this machine, and retraining every
@@ -272,8 +273,9 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
         entry["best_trained_per_seed"] = best["per_seed"]
         entry["seeds"] = best["seeds"]
         safe = load(SAFE_FILES[best["file"]]) if best["file"] in SAFE_FILES else None
-        if safe is not None:
-            row = safe["results"][best["row"].replace("+interp", "+safe")]
+        # a re-measurement may hold another model of the same file only (dl/*-knrm-drmm.json: DRMM, the table's row)
+        row = (safe or {}).get("results", {}).get(best["row"].replace("+interp", "+safe"))
+        if row is not None:
             entry["best_trained_combined_safe"] = {"mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
                                                    "seeds": row["seeds"], "file": SAFE_FILES[best["file"]]}
     zero_mean = entry["zero_shot_combined"].get("mean")
