@@ -76,6 +76,7 @@ SAFE_FILES = {
     "microblog/2014-hcan-headline.json": "microblog/2014-hcan-headline-safe.json",
     "dl/2021-knrm-drmm.json": "dl/2021-knrm-drmm-safe.json",
     "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
+    "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
 }
 
 #: why a row was not re-measured: its trained models are not cached on this machine, and retraining every

@@ -152,7 +152,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("DRMM", ALONE, {**_word_level("drmm", "microblog/2013-models.md", "microblog/2014-models.md", "wikiqa/models.md"),
                      **_models("dl/{year}-knrm-drmm.json", "drmm", ["dl19", "dl20", "dl21"])}),
     ("DRMM", TUNED, _models("dl/{year}-knrm-drmm.json", "drmm+interp", ["dl19", "dl20", "dl21"])),
-    ("DRMM", SAFE, _models("dl/{year}-knrm-drmm-safe.json", "drmm+safe", ["dl19", "dl21"])),
+    ("DRMM", SAFE, _models("dl/{year}-knrm-drmm-safe.json", "drmm+safe", ["dl19", "dl20", "dl21"])),
     ("Conv-KNRM", ALONE, _word_level("conv-knrm", "microblog/2013-models.md", "microblog/2014-models.md",
                                      "wikiqa/models.md")),
     ("MatchPyramid", ALONE, _word_level("matchpyramid", "microblog/2013-models.md", "microblog/2014-models.md",
