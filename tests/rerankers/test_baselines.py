@@ -98,15 +98,6 @@ def call(model, batch):
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_forward_gives_one_finite_score_per_pair(variant):
-    model = make_model(variant).train()
-    scores = call(model, pad_batch(*random_pairs(5, seed=1)))
-    assert scores.shape == (5,)
-    assert torch.isfinite(scores).all()
-    assert scores.std() > 0  # different pairs, different scores: the inputs reach the output
-
-
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_trainable_parameter_gets_a_gradient(variant):
     model = make_model(variant).train()
     call(model, pad_batch(*random_pairs(6, seed=3))).sum().backward()

@@ -1,9 +1,10 @@
 """One contract, every registered re-ranker (MatchZoo-py's "test every model" idea): built small, each scores
 finite numbers, a document's score does not depend on the padding its batch needs or on the other queries in
-the batch, a saved model loads back with the same scores, and the same seed builds the same model; and, at
-the level of ``encode``/``forward``, padding never changes a score (with random ids in a word-level model's
-padding), for the defaults and for the option variants in :data:`VARIANTS` that take other code paths (this
-test replaced the per-model copies of it in the model tests).
+the batch, a saved model (its weights changed, as by training) loads back with the same scores, and the same
+seed builds the same model. At the level of ``encode``/``forward``, for the defaults and for the option
+variants in :data:`VARIANTS` that take other code paths: padding never changes a score (with random ids in a
+word-level model's padding), and in training mode each pair gets one finite score. These two replaced the
+per-model copies of them in the model tests.
 
 The list is the registry itself (:func:`rerankers.available`, entry points included), so a re-ranker added
 to it is tested here without editing this file. Word-level models are prepared on the varied synthetic
@@ -74,17 +75,26 @@ def test_every_registered_reranker_keeps_the_contract(name, dataset, items, tiny
     for want, have in zip(per_query, batched(reranker, items).score_many(items, batch_size=5)):
         close(want, have)
 
-    # save / load round trip
+    # determinism: the same seed builds the same model
+    again = build(name, dataset, tiny_encoder)
+    for (query, docs), want in zip(items, per_query):
+        assert again.score(query, docs) == want
+    module = getattr(reranker, "module", None)
+
+    # save / load round trip, of weights a fresh build of the same seed does not have (as after training)
+    if isinstance(module, torch.nn.Module):
+        reranker = build(name, dataset, tiny_encoder)
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for parameter in reranker.module.parameters():
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+        per_query = [reranker.score(query, docs) for query, docs in items]
+        assert per_query != [again.score(query, docs) for query, docs in items]
     path = tmp_path / f"{name}.pt"
     reranker.save(path)
     loaded = reranker_class(name).load(path)
     for (query, docs), want in zip(items, per_query):
         close(want, loaded.score(query, docs))
-
-    # determinism: the same seed builds the same model
-    again = build(name, dataset, tiny_encoder)
-    for (query, docs), want in zip(items, per_query):
-        assert again.score(query, docs) == want
 
 
 #: options of registered re-rankers that take other code paths, each checked by the padding contract below
@@ -93,9 +103,9 @@ _MVLSTM = dict(hidden_size=6, top_k=7, tensor_channels=3)   # top_k over the rea
 _HCAN = dict(num_layers=3, kernel_size=2, num_filters=16, hidden_dim=8, query_slots=8)
 _SRNN = dict(tensor_channels=4, hidden_dim=5)
 VARIANTS = {
-    "mvlstm": [dict(_MVLSTM, interaction="cosine")],
-    "amvlstm": [dict(_MVLSTM, attention="qa", interaction="cosine"), dict(_MVLSTM, attention="q", interaction="bilinear"),
-                dict(_MVLSTM, attention="a", interaction="tensor")],
+    "mvlstm": [dict(_MVLSTM, interaction=interaction) for interaction in ("cosine", "bilinear", "tensor")],
+    "amvlstm": [dict(_MVLSTM, attention=attention, interaction=interaction)
+                for attention in ("q", "a", "qa") for interaction in ("cosine", "bilinear", "tensor")],
     "hcan": [dict(_HCAN, encoder=encoder, matching=matching)
              for encoder in ("deep", "wide", "contextual") for matching in ("rm", "sm", "full")],
     "iasm": [dict(num_layers=1), dict(num_layers=3, aggregation="softmax")],   # and the default 5 layers
@@ -140,22 +150,37 @@ def garbage_padding(batch: dict, extra_q: int, extra_d: int, vocab_size: int, se
     return wide
 
 
+def build_with(name: str, options: dict, dataset, tiny_encoder: str):
+    """Re-ranker ``name`` with ``options`` built small (ADDAX without its document cache, so that every
+    ``forward`` encodes); skips a re-ranker without ``encode``/``forward`` (a plugin: the contract test above
+    checks it through ``score``)."""
+    if name in TRANSFORMERS:
+        reranker = transformer_model(name, tiny_encoder, **options, **({"doc_cache_size": 0} if "addax" in name else {}))
+    else:
+        reranker = word_model(name, dataset, **options)
+    if not (hasattr(reranker, "encode") and hasattr(reranker, "forward") and hasattr(reranker, "module")):
+        pytest.skip(f"{name} has no encode/forward: the contract test above checks it through score()")
+    return reranker
+
+
+def mixed_pairs(items) -> list:
+    """(query, document) pairs of different queries and lengths, an empty query and an empty document
+    among them, and the longest document."""
+    from pipeline.core.records import Doc, Query
+
+    docs = [doc for _, candidates in items for doc in candidates]
+    pairs = [(query, docs[(7 * number) % len(docs)]) for number, (query, _) in enumerate(items)]
+    return pairs + [(Query("empty", ""), docs[0]), (items[0][0], Doc("empty", "")),
+                    (items[1][0], max(docs, key=lambda doc: len(doc.text)))]
+
+
 @pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
 def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encoder):
     """A pair scores the same alone (padded to its own length) as in a batch of other pairs padded to the
     longest of them, in any order; a word-level model's batch is padded wider still with random ids and
     features that only the masks hide. Empty texts included."""
-    from pipeline.core.records import Doc, Query
-
-    if name in TRANSFORMERS:
-        reranker = transformer_model(name, tiny_encoder, **options, **({"doc_cache_size": 0} if "addax" in name else {}))
-    else:
-        reranker = word_model(name, dataset, **options)
-    if not (hasattr(reranker, "encode") and hasattr(reranker, "forward")):
-        pytest.skip(f"{name} has no encode/forward: the contract test above checks its padding through score()")
-    docs = [doc for _, candidates in items for doc in candidates]
-    pairs = [(query, docs[(7 * number) % len(docs)]) for number, (query, _) in enumerate(items)]
-    pairs += [(Query("empty", ""), docs[0]), (items[0][0], Doc("empty", "")), (items[1][0], max(docs, key=lambda d: len(d.text)))]
+    reranker = build_with(name, options, dataset, tiny_encoder)
+    pairs = mixed_pairs(items)
     order = [(5 * k) % len(pairs) for k in range(len(pairs))]
     assert sorted(order) == list(range(len(pairs)))
     reranker.module.eval()
@@ -168,6 +193,20 @@ def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encod
             together = reranker.forward(batch)
             assert together.shape == (len(pairs),) and torch.isfinite(together).all()
             torch.testing.assert_close(together, alone[rows], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
+def test_training_mode_gives_one_finite_score_per_pair(name, options, items, dataset, tiny_encoder):
+    """In training mode (dropout on) a batch of pairs, empty texts included, gets one finite score each, and
+    different pairs get different scores (the inputs reach the output)."""
+    reranker = build_with(name, options, dataset, tiny_encoder)
+    pairs = mixed_pairs(items)
+    reranker.module.train()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        scores = reranker.forward(reranker.encode(pairs))
+    assert scores.shape == (len(pairs),) and torch.isfinite(scores).all()
+    assert scores.std() > 0
 
 
 def test_a_word_level_model_scores_the_text_it_is_given_not_the_text_it_saw_under_that_id(dataset, items):
