@@ -1,0 +1,165 @@
+"""Three-way combination: first stage + zero-shot bi-encoder + a trained seed model (KNRM, HCAN, DRMM), each step
+under the safe rule of ``--interpolate auto``, against the two-way first stage + bi-encoder.
+
+::
+
+    python benchmarks/three_way_combination.py --dataset vaswani --reranker knrm --seeds 1 2 3 --threads 1 \\
+        --output benchmarks/results/vaswani/three-way-bi-encoder-knrm.json
+
+Per seed and fold (the dataset's protocol, as ``reproduce.py`` uses it):
+
+1. two-way: the zero-shot bi-encoder (``all-MiniLM-L6-v2``, it saw none of the collection) combined with the
+   first stage, its weight chosen by :func:`pipeline.engine.fusion.choose_weight` on the fold's train + dev
+   queries, exactly the ``bi-encoder+safe`` row of ``beyond_zero_shot.py measure``;
+2. three-way: that two-way ranking combined with the fold's trained seed model, the weight chosen by
+   ``choose_weight`` again with the two-way ranking in the first stage's place, on the fold's dev queries only
+   (the model was trained on the others): the seed model enters only when its cross-validated gain over the
+   two-way ranking is significant, else the two-way ranking stays.
+
+Reported: the main metric of both on the test queries, per seed, and the paired two-sided t-test of three-way
+against two-way; per-query values are kept. The zero-shot scores can be cached between invocations
+(``--score-cache``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ZERO_SHOT = "all-MiniLM-L6-v2"
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """The three-way and two-way combinations of ``args`` over ``args.seeds``: the result dict."""
+    import torch
+    from scipy import stats
+
+    from pipeline.core import evaluation
+    from pipeline.core.datasets import load_dataset
+    from pipeline.core.records import ScoredDoc
+    from pipeline.core.runtime import seed_everything
+    from pipeline.engine import fusion
+    from pipeline.engine.config import RunConfig
+    from pipeline.engine.model_cache import trained_reranker
+    from pipeline.engine.plan import plan_run
+    from pipeline.engine.stages import rerank, retrieve
+    from rerankers.bi_encoder import BiEncoderReranker
+
+    os.environ["PIPELINE_THREADS"] = str(args.threads)
+    torch.set_num_threads(args.threads)
+    started = time.time()
+    dataset = load_dataset(args.dataset)
+    cache = Path(args.score_cache) if args.score_cache else None
+    zero: dict = {}
+    if cache is not None and cache.is_file():
+        zero = {q: [ScoredDoc(q, d, s) for d, s in hits] for q, hits in json.loads(cache.read_text()).items()}
+    bi_model = None
+    out: dict = {"seeds": [], "two_way": [], "three_way": [], "p_three_vs_two": [], "first_stage": [],
+                 "folds": {}, "per_query": {"two_way": {}, "three_way": {}, "first_stage": {}}}
+    metric = None
+    for seed in args.seeds:
+        seed_everything(seed)
+        config = RunConfig(dataset=args.dataset, split=args.split, reranker=args.reranker, seed=seed,
+                           interpolate="auto", threads=args.threads, overrides=tuple(args.set))
+        plan = plan_run(config, dataset)
+        metric = plan.main_metric
+        k = plan.depth or plan.k
+        needed = sorted({q for fold in plan.folds for q in (*fold.test, *fold.dev, *fold.train)})
+        first = retrieve(dataset, plan.first_stage, k, [dataset.queries[q] for q in needed], plan.settings)
+        missing = {q: first[q] for q in first if q not in zero}
+        if missing:
+            bi_model = bi_model or BiEncoderReranker.load(ZERO_SHOT)
+            zero.update(rerank(bi_model, dataset, missing))
+            if cache is not None:
+                from safe_combination_measure import write_json
+
+                write_json(cache, {q: [[h.doc_id, h.score] for h in hits] for q, hits in zero.items()})
+        seed_model = trained_reranker(plan.training, dataset)
+        two_way, three_way, folds = {}, {}, []
+        for fold in plan.folds:
+            model = seed_model.models[fold.test[0]] if hasattr(seed_model, "models") else seed_model
+            tuning = fusion.tuning_queries(fold, given_model=True)
+            bi_choice = fusion.choose_weight({q: first[q] for q in tuning}, {q: zero[q] for q in tuning},
+                                             dataset.qrels, metric)
+            scored = [*fold.dev, *fold.test]
+            two = fusion.interpolate({q: first[q] for q in scored}, {q: zero[q] for q in scored}, bi_choice.weight)
+            seeded = rerank(model, dataset, {q: first[q] for q in scored})
+            seed_choice = fusion.choose_weight({q: two[q] for q in fold.dev}, {q: seeded[q] for q in fold.dev},
+                                               dataset.qrels, metric)
+            three = fusion.interpolate({q: two[q] for q in fold.test}, {q: seeded[q] for q in fold.test},
+                                       seed_choice.weight)
+            two_way.update({q: two[q] for q in fold.test})
+            three_way.update(three)
+            folds.append({"fold": fold.name, "bi_encoder_weight_of_first_stage": bi_choice.weight,
+                          "seed_model": {"weight_of_two_way": seed_choice.weight, "tuned": seed_choice.tuned,
+                                         "dev_queries": seed_choice.queries,
+                                         "held_out_gain": round(seed_choice.held_out_gain, 6),
+                                         "p_one_sided": seed_choice.p_value}})
+            print(f"seed {seed} {fold.name}: bi-encoder w={bi_choice.weight:.2f}; {args.reranker}: "
+                  f"{seed_choice.describe()}", flush=True)
+        tested = [q for fold in plan.folds for q in fold.test]
+        comparison = evaluation.compare({"first": {q: first[q] for q in tested}, "two": two_way, "three": three_way},
+                                        dataset.subset(tested).qrels, metric, "first")
+        by_name = {e.name: e for e in comparison.evaluations}
+        values = {name: by_name[name].per_query[metric] for name in ("first", "two", "three")}
+        common = sorted(set(values["two"]) & set(values["three"]))
+        a, b = [values["three"][q] for q in common], [values["two"][q] for q in common]
+        p = 1.0 if a == b else float(stats.ttest_rel(a, b).pvalue)
+        out["seeds"].append(seed)
+        out["first_stage"].append(by_name["first"].aggregate[metric])
+        out["two_way"].append(by_name["two"].aggregate[metric])
+        out["three_way"].append(by_name["three"].aggregate[metric])
+        out["p_three_vs_two"].append(p)
+        out["folds"][str(seed)] = folds
+        for name, key in (("two", "two_way"), ("three", "three_way"), ("first", "first_stage")):
+            out["per_query"][key][str(seed)] = {q: round(v, 6) for q, v in values[name].items()}
+        print(f"seed {seed}: first stage {out['first_stage'][-1]:.4f}, two-way {out['two_way'][-1]:.4f}, "
+              f"three-way {out['three_way'][-1]:.4f} (p = {p:.3g})", flush=True)
+        if args.output:
+            write(args, out, metric, started, partial=seed != args.seeds[-1])
+    return write(args, out, metric, started) if args.output else out
+
+
+def write(args, out: dict, metric: str, started: float, partial: bool = False) -> dict:
+    """Write the result file atomically (after every seed, so a stopped run keeps what it measured)."""
+    from safe_combination_measure import write_json
+
+    with open("/proc/loadavg") as handle:
+        load = " ".join(handle.read().split()[:3])
+    data = {**({"partial": f"{len(out['seeds'])} of {len(args.seeds)} seeds"} if partial else {}),
+            "command": shlex.join(["benchmarks/three_way_combination.py", *sys.argv[1:]]),
+            "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started), "loadavg_at_end": load,
+            "dataset": args.dataset, "split": args.split, "seed_model": args.reranker, "zero_shot": ZERO_SHOT,
+            "metric": metric, "mean": {"two_way": statistics.mean(out["two_way"]),
+                                       "three_way": statistics.mean(out["three_way"])}, **out}
+    write_json(Path(args.output), data)
+    return data
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--split")
+    parser.add_argument("--reranker", required=True, help="the trained seed model (knrm, hcan, drmm)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--score-cache", help="JSON file keeping the zero-shot bi-encoder's scores between runs")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    measure(args)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
