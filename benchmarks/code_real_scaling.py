@@ -581,13 +581,15 @@ def render(work: Path, command: str) -> tuple[str, dict]:
               f"{built['ivf_lists']} lists, {built['index_bytes'] / 2**20:.0f} MiB of faiss index (lists included). "
               "Stage ends seen in the cache (polled every 0.5 s):", "",
               "| stage | seconds | what |", "|---|---|---|",
-              f"| before encoding | {stages['before_encoding_s']:.1f} | start, dataset read, encoder loaded (cached) |",
+              f"| before encoding | {stages['before_encoding_s']:.1f} | start, dataset read, encoder loaded (cached) |"
+              if not cutting else "| before encoding | | (first run: start, dataset read, encoder loaded; not recorded) |",
               f"| encode | {stages['encode_s']:.1f} | both ranks, 1 thread each, every other shard of 1,024 documents |"
               if not cutting else
               f"| encode | {cutting['encode_s']:.1f} | first run: both ranks, 1 thread each, every other shard of 1,024 "
-              f"documents, until the time ran out ({cutting['shards']} shards, {cutting['vectors']:,} vectors; "
-              f"the resumed run found them all: {stages['encode_s']:.1f} s checking them) |",
-              f"| k-means | {stages['kmeans_s']:.1f} | rank 0: sample of the shards, quantizer trained (the other rank waits) |",
+              f"documents, until the time ran out ({cutting['shards']} shards, {cutting['vectors']:,} vectors) |",
+              f"| k-means | {stages['kmeans_s']:.1f} | rank 0: sample of the shards, quantizer trained (the other rank waits)"
+              + (": with the resumed run's start-up (dataset read, encoder loaded, every shard found and checked) |"
+                 if cutting else " |"),
               f"| add | {stages['add_s']:.1f} | each rank adds its own shards to a copy of the quantizer |",
               f"| merge | {stages['merge_s']:.1f} | rank 0 merges the blocks' lists on disk, writes the index |",
               f"| total | {stages['total_s']:.1f} | torchrun start to exit |"]
