@@ -540,6 +540,23 @@ def measure(work: Path, vectors: int, lists: int, nprobes: list[int], max_querie
 # ----------------------------------------------------------------------------------------------- report
 
 
+def step_commands(work: Path) -> list[str]:
+    """The commands of the steps whose JSON is in ``work``, in the order they ran."""
+    found = []
+    for path in [work / "union.json", work / "estimate.json", work / "cut.json", work / "simulate.json",
+                 *sorted(work.glob("measure-*.json"))]:
+        if path.is_file():
+            facts = json.loads(path.read_text())
+            if path.name == "cut.json":  # the interrupted first build came before the cut
+                found.append(facts["command"].replace(" cut ", " simulate ").split(" --ivf-nlist")[0]
+                             + " --nproc 2 --ivf-nlist 2048  # stopped when the time ran out")
+            elif path.name == "union.json" and "# the cut" in facts["command"]:  # rewritten by the cut
+                found.append(facts["command"].replace(" cut ", " union ").split(" --ivf-nlist")[0])
+                continue
+            found.append(facts.get("runner") or facts["command"])
+    return found
+
+
 def render(work: Path, command: str) -> tuple[str, dict]:
     union = json.loads((work / "union.json").read_text())
     estimate_ = json.loads((work / "estimate.json").read_text()) if (work / "estimate.json").is_file() else None
@@ -549,6 +566,7 @@ def render(work: Path, command: str) -> tuple[str, dict]:
              f"({time.strftime('%Y-%m-%d', time.gmtime())}, {machine_line(1)})", "",
              f"Report command: `{command}`. Each step's command, date and load average are below and in "
              "`real-scaling.json`.", "",
+             "Steps run, in order: " + "; ".join(f"`{c}`" for c in step_commands(work)) + ".", "",
              "## The index", ""]
     lines.append(f"One encoder for every collection: all-MiniLM-L6-v2 + linear projection to 128 floats trained 10 "
                  f"steps on NFCorpus's dev queries, hashed by 512 random hyperplanes (512-bit codes; the encoder of "
