@@ -3,8 +3,8 @@ finite numbers, a document's score does not depend on the padding its batch need
 the batch, a saved model (its weights changed, as by training) loads back with the same scores, and the same
 seed builds the same model. At the level of ``encode``/``forward``, for the defaults and for the option
 variants in :data:`VARIANTS` that take other code paths: padding never changes a score (with random ids in a
-word-level model's padding), and in training mode each pair gets one finite score. These two replaced the
-per-model copies of them in the model tests.
+word-level model's padding), and in training mode each pair gets one finite score (and, word-level, every
+trainable parameter a gradient). These replaced the per-model copies of them in the model tests.
 
 The list is the registry itself (:func:`rerankers.available`, entry points included), so a re-ranker added
 to it is tested here without editing this file. Word-level models are prepared on the varied synthetic
@@ -105,9 +105,12 @@ _SRNN = dict(tensor_channels=4, hidden_dim=5)
 VARIANTS = {
     "mvlstm": [dict(_MVLSTM, interaction=interaction) for interaction in ("cosine", "bilinear", "tensor")],
     "amvlstm": [dict(_MVLSTM, attention=attention, interaction=interaction)
-                for attention in ("q", "a", "qa") for interaction in ("cosine", "bilinear", "tensor")],
+                for attention in ("q", "a", "qa") for interaction in ("cosine", "bilinear", "tensor")]
+               + [dict(_MVLSTM, attention="qa", interaction="tensor", mlp_hidden=4, dropout=0.3)],
     "hcan": [dict(_HCAN, encoder=encoder, matching=matching)
-             for encoder in ("deep", "wide", "contextual") for matching in ("rm", "sm", "full")],
+             for encoder in ("deep", "wide", "contextual") for matching in ("rm", "sm", "full")]
+            + [dict(_HCAN, sm_pooling=pooling, rm_softmax_over=over)
+               for pooling, over in (("last", "context"), ("maxmean", "query"), ("last", "none"))],
     "iasm": [dict(num_layers=1), dict(num_layers=3, aggregation="softmax")],   # and the default 5 layers
     "iasm-static": [dict(num_layers=3)],
     "knrm": [dict(output_tanh=False)],
@@ -198,15 +201,21 @@ def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encod
 @pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
 def test_training_mode_gives_one_finite_score_per_pair(name, options, items, dataset, tiny_encoder):
     """In training mode (dropout on) a batch of pairs, empty texts included, gets one finite score each, and
-    different pairs get different scores (the inputs reach the output)."""
+    different pairs get different scores (the inputs reach the output). A word-level model trains its score
+    alone, so every trainable parameter gets a gradient from it (a transformer's loss has other terms, e.g.
+    ADDAX's denoiser, and BERT's pooler is unused)."""
     reranker = build_with(name, options, dataset, tiny_encoder)
     pairs = mixed_pairs(items)
     reranker.module.train()
     torch.manual_seed(0)
-    with torch.no_grad():
-        scores = reranker.forward(reranker.encode(pairs))
+    scores = reranker.forward(reranker.encode(pairs))
     assert scores.shape == (len(pairs),) and torch.isfinite(scores).all()
     assert scores.std() > 0
+    if name not in TRANSFORMERS:
+        scores.sum().backward()
+        trainable = [(key, p) for key, p in reranker.module.named_parameters() if p.requires_grad]
+        assert trainable
+        assert not [key for key, p in trainable if p.grad is None or p.grad.abs().sum() == 0]
 
 
 def test_a_word_level_model_scores_the_text_it_is_given_not_the_text_it_saw_under_that_id(dataset, items):
