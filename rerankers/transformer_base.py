@@ -9,16 +9,18 @@ This class does the rest, the same way for both models, and offers what :class:`
 expects of a trainable re-ranker (``module``, ``prepare``, ``encode``, ``forward``, ``pair_length``):
 
 * Tokenization with the encoder's own tokenizer (word-piece ids, no special tokens), truncated to
-  ``max_query_length`` / ``max_doc_length`` and cached per query text and per document (bounded LRU).
+  ``max_query_length`` / ``max_doc_length`` and cached per query text and per document (bounded LRU;
+  :mod:`rerankers.transformer_inputs`).
   ``prepare(train, dataset)`` therefore needs no vocabulary of the collection; it only loads the encoder
   and builds a fresh module (seeded: the same seed gives the same heads, so the same scores).
 * Special tokens are added from templates probed once from the tokenizer (``[CLS] a [SEP]``,
   ``[CLS] a [SEP] b [SEP]`` for BERT, ``<s> a </s></s> b </s>`` for RoBERTa), so any Hugging Face encoder
   name or local directory works.
-* Training with the project's :class:`~rerankers.training.loop.Trainer`, through a subclass whose ``loss`` adds
-  the re-ranker's :meth:`TransformerReranker.auxiliary_loss` (``None`` by default): a model with extra
-  training objectives (ADDAX's hashing losses, eq. 15) stores them during ``forward`` and returns them
-  there, and the Trainer itself stays generic.
+* Training with the project's :class:`~rerankers.training.loop.Trainer`, through a subclass
+  (:class:`~rerankers.training.auxiliary.AuxiliaryLossTrainer`) whose ``loss`` adds the re-ranker's
+  :meth:`TransformerReranker.auxiliary_loss` (``None`` by default): a model with extra training objectives
+  (ADDAX's hashing losses, eq. 15) stores them during ``forward`` and returns them there, and the Trainer
+  itself stays generic.
 * Self-describing checkpoints written atomically: re-ranker name and class, the three configs, the
   encoder's name, its architecture and a fingerprint of its tokenizer's vocabulary, library versions and
   the whole ``state_dict`` (fine-tuned encoder included). Anything that does not match is a
@@ -32,22 +34,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Hashable, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from pipeline.core.errors import CheckpointError, PipelineError
 from pipeline.core.records import Doc, Query
 
 from infra.checkpoints import load_checkpoint, save_checkpoint
-from infra.encoders import DEFAULT_ENCODER, load_encoder
+from infra.encoders import load_encoder
 from .hf_export import library_versions
 from .hf_export.pretrained import PretrainedExport
 from .lru import LRUCache
 from .precision import TransformerPrecision
 from .torch_base import TorchReranker
+from .training.auxiliary import AuxiliaryLossTrainer
 from .training.config import TrainConfig
-from .training.loop import Trainer
+from .transformer_inputs import CachedWordPieces, EncoderConfig
 from .wordpieces import SpecialTokens, pad_ids, tokenizer_fingerprint, unique_rows  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
@@ -59,50 +61,7 @@ _ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_att
                       "intermediate_size", "vocab_size", "max_position_embeddings", "type_vocab_size")
 
 
-@dataclass
-class EncoderConfig:
-    """The encoder and how texts become its inputs (each can be set with ``--set name=value``).
-
-    Attributes:
-        encoder: a Hugging Face model name or a local directory (default: the packaged MiniLM).
-        max_query_length: word pieces kept of a query (special tokens not counted).
-        max_doc_length: word pieces kept of a document (special tokens not counted).
-        doc_cache_size: documents whose encoder output a re-ranker that caches (ADDAX) keeps (LRU; 0: none).
-    """
-
-    encoder: str = DEFAULT_ENCODER
-    max_query_length: int = 32
-    max_doc_length: int = 180
-    doc_cache_size: int = 4096
-
-    def __post_init__(self):
-        if self.max_query_length < 1 or self.max_doc_length < 1:
-            raise PipelineError("max_query_length and max_doc_length must be at least 1")
-        if self.doc_cache_size < 0:
-            raise PipelineError("doc_cache_size must be >= 0 (0 disables the cache)")
-
-
-class AuxiliaryLossTrainer(Trainer):
-    """The project's :class:`~rerankers.training.loop.Trainer` whose loss also adds the re-ranker's auxiliary
-    loss for the batch just scored (``reranker.auxiliary_loss(number_of_units)``; ``None`` adds nothing)."""
-
-    def loss(self, scores, units):
-        """The Trainer's loss of the batch plus the re-ranker's auxiliary loss.
-
-        Args:
-            scores: the batch's scores, as the Trainer's loss takes them.
-            units: the batch's training units.
-
-        Returns:
-            The loss tensor to back-propagate.
-        """
-        loss = super().loss(scores, units)
-        hook = getattr(self.reranker, "auxiliary_loss", None)
-        extra = hook(len(units)) if hook is not None else None
-        return loss if extra is None else loss + extra.to(loss.dtype)
-
-
-class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker):
+class TransformerReranker(TransformerPrecision, PretrainedExport, CachedWordPieces, TorchReranker):
     """Re-ranker fine-tuning a pre-trained transformer encoder: see the module docstring. Scoring precision
     (a bfloat16 copy of the module, or int8): :class:`~rerankers.precision.TransformerPrecision`; Hugging Face
     directories: :class:`~rerankers.hf_export.pretrained.PretrainedExport`."""
@@ -222,66 +181,6 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, TorchReranker)
         if self.module is None or self.tokenizer is None:
             raise PipelineError(f"{self.name} is not prepared: call prepare() or load a checkpoint")
 
-    def _token_ids(self, cache: LRUCache, items: Sequence[tuple[Hashable, str]], limit: int) -> list[list[int]]:
-        """Word-piece ids (no special tokens, at most ``limit``) of ``(key, text)`` items, through ``cache``;
-        the texts not cached are tokenized in one call."""
-        found = [cache.get(key) for key, _ in items]
-        missing = [i for i, ids in enumerate(found) if ids is None]
-        if missing:
-            texts = [items[i][1] for i in missing]
-            encoded = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
-            for i, ids in zip(missing, encoded):
-                found[i] = list(ids)
-                cache.put(items[i][0], found[i])
-        return found
-
-    @staticmethod
-    def query_key(query: Query) -> Hashable:
-        """The key a query's word pieces are cached under.
-
-        Args:
-            query: the query.
-
-        Returns:
-            Its text (the same text tokenizes the same whatever the query id).
-        """
-        return query.text
-
-    @staticmethod
-    def doc_key(doc: Doc) -> Hashable:
-        """The key a document's word pieces (and cached outputs) are kept under.
-
-        Args:
-            doc: the document.
-
-        Returns:
-            ``(doc_id, text)``: a client may send another text under a known id.
-        """
-        return (doc.doc_id, doc.text)
-
-    def query_ids(self, queries: Sequence[Query]) -> list[list[int]]:
-        """Word-piece ids of ``queries`` (no special tokens, at most ``max_query_length``), cached.
-
-        Args:
-            queries: the queries.
-
-        Returns:
-            One id list per query.
-        """
-        return self._token_ids(self._query_tokens, [(self.query_key(q), q.text) for q in queries],
-                               self.encoder_config.max_query_length)
-
-    def doc_ids(self, docs: Sequence[Doc]) -> list[list[int]]:
-        """Word-piece ids of ``docs`` (no special tokens, at most ``max_doc_length``), cached.
-
-        Args:
-            docs: the documents.
-
-        Returns:
-            One id list per document.
-        """
-        return self._token_ids(self._doc_tokens, [(self.doc_key(d), d.text) for d in docs],
-                               self.encoder_config.max_doc_length)
 
     def pair_length(self, query: Query, doc: Doc) -> int:
         """Padded length that matters for batching: the document's word pieces (capped).
