@@ -176,9 +176,9 @@ def test_roberta_layout_holds_a_linear_head(tmp_path):
 
 
 def test_a_head_the_layout_cannot_hold_is_refused(linear_head, tmp_path, monkeypatch):
-    import rerankers.hf_export as hf_export
+    import rerankers.hf_export.heads as heads
 
-    monkeypatch.setattr(hf_export, "LINEAR_SCALE_EXPONENT", -4)  # tanh far outside its linear range
+    monkeypatch.setattr(heads, "LINEAR_SCALE_EXPONENT", -4)  # tanh far outside its linear range
     with pytest.raises(PipelineError, match="probe pairs"):
         linear_head.save_pretrained(tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # nothing half-written
