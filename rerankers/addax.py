@@ -24,7 +24,7 @@ The model, per (query Q, document D) pair:
   (delta = 1e-6, gamma = 0.003). The hinge loss is the Trainer's ``hinge`` (margin 1.0, ADDAX's default);
   the module stores L1 and L2 of the pairs it just scored in training mode and
   :meth:`AddaxReranker.auxiliary_loss` hands them, weighted, to the Trainer (see
-  :class:`~rerankers.transformer_base.AuxiliaryLossTrainer`).
+  :class:`~rerankers.training.auxiliary.AuxiliaryLossTrainer`).
 
 Ablations (Table 3), each a registered name that only flips config defaults (so ``--set`` can flip them
 too): ``addax-no-mags`` (``mags=false``: ``H^Q = U_Q``, ``H^D = V_D``), ``addax-no-hw`` (``highway=false``:
@@ -83,14 +83,13 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Doc, Query
 
 from .blocks.gating import MAGCell
 from .blocks.hashing import HashingDenoiser
-from .blocks.layers import positionwise
+from .blocks.layers import cached_states, positionwise
 from infra.maxsim import maxsim as late_interaction
 from .hf_export import ADDAX_CONFIG_FILE, ADDAX_HEAD_FILE
 from .lru import LRUCache
@@ -150,8 +149,8 @@ class AddaxConfig:
 
 
 # ------------------------------------------------------------------------------------------ blocks
-# positionwise: rerankers.blocks.layers; MAGCell (eq. 3-13): rerankers.blocks.gating; HashingDenoiser
-# (Sec. 3.2): rerankers.blocks.hashing
+# positionwise and cached_states (encoder states kept per text): rerankers.blocks.layers; MAGCell (eq. 3-13):
+# rerankers.blocks.gating; HashingDenoiser (Sec. 3.2): rerankers.blocks.hashing
 
 
 def maxsim(queries: torch.Tensor, query_mask: torch.Tensor, docs: torch.Tensor, doc_mask: torch.Tensor) -> torch.Tensor:
@@ -343,29 +342,12 @@ class AddaxReranker(TransformerReranker):
         if module.training or torch.is_grad_enabled() or self.encoder_config.doc_cache_size <= 0:
             return module(**self.tensors(batch))
         tensors = self.tensors(batch)
-        query_states = self._cached_states(self._query_states, batch["query_keys"], tensors["query_ids"],
-                                           tensors["query_attention"])
-        doc_states = self._cached_states(self._doc_states, batch["doc_keys"], tensors["doc_ids"],
-                                         tensors["doc_attention"])
+        query_states = cached_states(module.context, self._query_states, batch["query_keys"],
+                                     tensors["query_ids"], tensors["query_attention"])
+        doc_states = cached_states(module.context, self._doc_states, batch["doc_keys"], tensors["doc_ids"],
+                                   tensors["doc_attention"])
         return module.match(query_states, tensors["query_positions"], tensors["query_index"],
                             doc_states, tensors["doc_positions"], tensors["doc_index"])
-
-    def _cached_states(self, cache: LRUCache, keys, ids, attention) -> torch.Tensor:
-        """Encoder states ``[N, L, d]`` of a batch's unique texts (queries or documents), from ``cache``
-        where present. Every state is looked up or computed here, never assumed cached: a bounded cache may
-        have forgotten a text that an earlier batch of the same call encoded (a document under several
-        queries whose pairs fall in different batches)."""
-        lengths = attention.sum(dim=1).tolist()
-        states = [cache.get(key) for key in keys]
-        missing = [i for i, state in enumerate(states) if state is None]
-        if missing:
-            rows = torch.tensor(missing, device=ids.device)
-            width = max(lengths[i] for i in missing)
-            fresh = self.module.context(ids[rows, :width], attention[rows, :width])
-            for row, i in enumerate(missing):
-                states[i] = fresh[row, : lengths[i]].clone()
-                cache.put(keys[i], states[i])
-        return pad_sequence(states, batch_first=True)
 
     def auxiliary_loss(self, units: int):
         """Eq. 15's ``delta L1 + gamma L2`` of the pairs just scored in training mode; consumes what the

@@ -39,7 +39,8 @@ such choice is written down where it is made. Summary of the choices:
   level; shorter queries leave zeros there.
 
 The hybrid encoders (Sec. 2.1) are :mod:`rerankers.blocks.stacks`, semantic matching (Sec. 2.3, eq. 2)
-:mod:`rerankers.blocks.coattention`; relevance matching (eq. 1), the model and the re-ranker are here.
+:mod:`rerankers.blocks.coattention`, relevance matching (Sec. 2.2, eq. 1)
+:func:`rerankers.blocks.pooling.relevance_matching_features`; the model and the re-ranker are here.
 """
 
 from __future__ import annotations
@@ -51,12 +52,9 @@ import torch
 import torch.nn as nn
 
 from pipeline.core.errors import ConfigError
-from rerankers.blocks import (
-    SpatialDropout1d, build_embedding, cosine_matrix, dot_matrix, feed_forward, interaction_mask,
-    masked_fill_padding, masked_max, masked_mean, masked_softmax,
-)
+from rerankers.blocks import SpatialDropout1d, build_embedding, feed_forward, masked_fill_padding
 from rerankers.blocks.layers import per_distinct_row
-from rerankers.blocks.masking import masked_softmax_with_null
+from rerankers.blocks.pooling import relevance_matching_features
 from rerankers.blocks.coattention import SemanticMatching
 from rerankers.blocks.stacks import ContextualEncoder, DeepEncoder, WideEncoder
 from rerankers.lru import LRUCache
@@ -176,47 +174,6 @@ def hcan_query_phrases(tokens: Sequence[str], config: HCANConfig) -> list[list[t
         [tuple(tokens[i : i + length]) for i in range(len(tokens))]
         for length in hcan_phrase_lengths(config)
     ]
-
-
-# -- Relevance matching (Sec. 2.2, eq. 1) ----------------------------------------------------------------
-
-
-def relevance_matching_features(u_q: torch.Tensor, u_c: torch.Tensor, q_mask: torch.Tensor, d_mask: torch.Tensor,
-                                idf: torch.Tensor, softmax_over: str = "context",
-                                null_logit: torch.Tensor | None = None) -> torch.Tensor:
-    """IDF-weighted max and mean of the normalised similarity matrix, eq. 1.
-
-    ``S = U_q U_c^T``; ``S~`` = S softmax-normalised over the context (``softmax_over="context"``, for each
-    query phrase) or over the query (for each context phrase, the released code); then for each query phrase i
-    ``Max_i = max_j S~_ij`` and ``Mean_i = mean_j S~_ij`` over the real context phrases j, and
-    ``o_RM = {wgt(q) * Max, wgt(q) * Mean}``.
-
-    Args:
-        u_q: ``[B, Lq, F]`` query phrase vectors of one level.
-        u_c: ``[B, Ld, F]`` context phrase vectors of the same level.
-        q_mask: ``[B, Lq]`` bool.
-        d_mask: ``[B, Ld]`` bool.
-        idf: ``[B, Lq]`` weights of the query phrases of this level.
-        softmax_over: ``"context"``, ``"query"`` or ``"none"`` (the cosine matrix itself, no softmax;
-            ``null_logit`` must then be None).
-        null_logit: optional scalar logit of an extra "no match" entry that takes part in every softmax (and
-            is dropped afterwards).
-
-    Returns:
-        ``[B, 2, Lq]``: weighted Max then weighted Mean; 0 at query padding.
-    """
-    cells = interaction_mask(q_mask, d_mask)
-    norm_dim = 2 if softmax_over == "context" else 1
-    if softmax_over == "none":
-        norm_sim = cosine_matrix(u_q, u_c, q_mask, d_mask)
-    elif null_logit is None:
-        norm_sim = masked_softmax(dot_matrix(u_q, u_c), cells, dim=norm_dim)
-    else:  # one extra slot along the normalised axis, always real, holding the null logit
-        norm_sim = masked_softmax_with_null(dot_matrix(u_q, u_c), cells, norm_dim, null_logit)
-    max_sim = masked_max(norm_sim, cells, dim=2)
-    mean_sim = masked_mean(norm_sim, cells, dim=2)
-    weights = idf.masked_fill(~q_mask, 0.0)
-    return torch.stack([weights * max_sim, weights * mean_sim], dim=1)
 
 
 # -- The model (Sec. 2, Figure 1) -------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Layers shared by the word-level models: embeddings, spatial dropout, a masked convolution, a feed-forward
-stack."""
+stack; and encoding each text once: once per distinct row of a batch, or once per key of a cache across
+batches."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from .masking import masked_fill_padding
 
@@ -172,6 +174,35 @@ def per_distinct_row(encode, ids: torch.Tensor, mask: torch.Tensor) -> list[torc
         if rows.shape[0] < ids.shape[0]:
             return [level[inverse] for level in encode(rows[:, :width], rows[:, width:].bool())]
     return encode(ids, mask)
+
+
+def cached_states(encode, cache, keys, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """Encoder states ``[N, L, d]`` of a batch's unique texts (queries or documents), from ``cache``
+    where present. Every state is looked up or computed here, never assumed cached: a bounded cache may
+    have forgotten a text that an earlier batch of the same call encoded (a document under several
+    queries whose pairs fall in different batches).
+
+    Args:
+        encode: maps ``ids`` ``[n, L]`` and ``attention`` ``[n, L]`` of uncached texts to states ``[n, L, d]``.
+        cache: a bounded cache of states by key (:class:`rerankers.lru.LRUCache`: ``get`` and ``put``).
+        keys: one cache key per row of ``ids``.
+        ids: ``[N, L]`` token ids, padded.
+        attention: ``[N, L]``, 1 on real tokens.
+
+    Returns:
+        ``[N, L', d]``: each row's states up to its length, zero-padded to the longest.
+    """
+    lengths = attention.sum(dim=1).tolist()
+    states = [cache.get(key) for key in keys]
+    missing = [i for i, state in enumerate(states) if state is None]
+    if missing:
+        rows = torch.tensor(missing, device=ids.device)
+        width = max(lengths[i] for i in missing)
+        fresh = encode(ids[rows, :width], attention[rows, :width])
+        for row, i in enumerate(missing):
+            states[i] = fresh[row, : lengths[i]].clone()
+            cache.put(keys[i], states[i])
+    return pad_sequence(states, batch_first=True)
 
 
 def positionwise(function, mask: torch.Tensor | None, *inputs: torch.Tensor) -> torch.Tensor:

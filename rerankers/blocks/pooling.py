@@ -1,11 +1,16 @@
 """Pooling over interaction matrices: k-max (Match-SRNN, MV-LSTM), Gaussian kernels (KNRM), matching
-histograms (DRMM) and dynamic max pooling (MatchPyramid)."""
+histograms (DRMM), dynamic max pooling (MatchPyramid) and the IDF-weighted max and mean of a normalised
+similarity matrix (HCAN's relevance matching, eq. 1)."""
 
 from __future__ import annotations
 
 import torch
 
-from .masking import _broadcast_mask, interaction_mask, lengths_from_mask, masked_sum
+from .masking import (
+    _broadcast_mask, interaction_mask, lengths_from_mask, masked_max, masked_mean, masked_softmax,
+    masked_softmax_with_null, masked_sum,
+)
+from .similarity import cosine_matrix, dot_matrix
 
 
 def kmax_pooling(
@@ -211,3 +216,41 @@ def masked_dynamic_max_pool2d(
     pooled = _dynamic_max_pool_last_axis(x, lengths_from_mask(d_mask), cols)  # [B, C, Lq, Pd]
     pooled = _dynamic_max_pool_last_axis(pooled.transpose(-1, -2), lengths_from_mask(q_mask), rows)
     return pooled.transpose(-1, -2).contiguous()
+
+
+def relevance_matching_features(u_q: torch.Tensor, u_c: torch.Tensor, q_mask: torch.Tensor, d_mask: torch.Tensor,
+                                idf: torch.Tensor, softmax_over: str = "context",
+                                null_logit: torch.Tensor | None = None) -> torch.Tensor:
+    """IDF-weighted max and mean of the normalised similarity matrix, eq. 1.
+
+    ``S = U_q U_c^T``; ``S~`` = S softmax-normalised over the context (``softmax_over="context"``, for each
+    query phrase) or over the query (for each context phrase, the released code); then for each query phrase i
+    ``Max_i = max_j S~_ij`` and ``Mean_i = mean_j S~_ij`` over the real context phrases j, and
+    ``o_RM = {wgt(q) * Max, wgt(q) * Mean}``.
+
+    Args:
+        u_q: ``[B, Lq, F]`` query phrase vectors of one level.
+        u_c: ``[B, Ld, F]`` context phrase vectors of the same level.
+        q_mask: ``[B, Lq]`` bool.
+        d_mask: ``[B, Ld]`` bool.
+        idf: ``[B, Lq]`` weights of the query phrases of this level.
+        softmax_over: ``"context"``, ``"query"`` or ``"none"`` (the cosine matrix itself, no softmax;
+            ``null_logit`` must then be None).
+        null_logit: optional scalar logit of an extra "no match" entry that takes part in every softmax (and
+            is dropped afterwards).
+
+    Returns:
+        ``[B, 2, Lq]``: weighted Max then weighted Mean; 0 at query padding.
+    """
+    cells = interaction_mask(q_mask, d_mask)
+    norm_dim = 2 if softmax_over == "context" else 1
+    if softmax_over == "none":
+        norm_sim = cosine_matrix(u_q, u_c, q_mask, d_mask)
+    elif null_logit is None:
+        norm_sim = masked_softmax(dot_matrix(u_q, u_c), cells, dim=norm_dim)
+    else:  # one extra slot along the normalised axis, always real, holding the null logit
+        norm_sim = masked_softmax_with_null(dot_matrix(u_q, u_c), cells, norm_dim, null_logit)
+    max_sim = masked_max(norm_sim, cells, dim=2)
+    mean_sim = masked_mean(norm_sim, cells, dim=2)
+    weights = idf.masked_fill(~q_mask, 0.0)
+    return torch.stack([weights * max_sim, weights * mean_sim], dim=1)
