@@ -166,10 +166,10 @@ def test_pipeline_classify_with_an_infinite_label_exits_2(tmp_path, capsys):
 FULL_DISK = """
 import collections, sys
 from pathlib import Path
-from indexes import lucene
+from indexes import lucene_build
 from pipeline import index
 
-real = lucene.anserini_class
+real = lucene_build.anserini_class
 
 class FullDiskIndexer:        # Anserini on a full disk: it writes part of the index, logs, returns
     @staticmethod
@@ -179,8 +179,8 @@ class FullDiskIndexer:        # Anserini on a full disk: it writes part of the i
             segments.unlink()
 
 usage = collections.namedtuple("usage", "total used free")
-lucene.anserini_class = lambda name: FullDiskIndexer if name.endswith("IndexCollection") else real(name)
-lucene.shutil.disk_usage = lambda path: usage(1 << 30, (1 << 30) - 4096, 4096)
+lucene_build.anserini_class = lambda name: FullDiskIndexer if name.endswith("IndexCollection") else real(name)
+lucene_build.shutil.disk_usage = lambda path: usage(1 << 30, (1 << 30) - 4096, 4096)
 sys.exit(index.main(["--dataset", sys.argv[1]]))
 """
 

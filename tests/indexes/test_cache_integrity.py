@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from indexes import lucene
+from indexes import lucene, lucene_build
 from indexes.lucene import BM25Retriever, LuceneOptions, build_index, is_complete
 from indexes.lucene_check import stamp_is_fresh
 from pipeline.core.errors import CorruptCacheError, PipelineError
@@ -60,7 +60,7 @@ def test_garbled_metadata_is_an_error(fresh_index):
 
 
 def test_a_build_that_loses_its_segments_caches_nothing(tmp_path, monkeypatch):
-    real = lucene.anserini_class
+    real = lucene_build.anserini_class
 
     class FullDiskIndexer:        # Anserini on a full disk: it writes part of the index, logs, returns
         @staticmethod
@@ -70,12 +70,12 @@ def test_a_build_that_loses_its_segments_caches_nothing(tmp_path, monkeypatch):
             for segments in target.glob("segments_*"):
                 segments.unlink()
 
-    monkeypatch.setattr(lucene, "anserini_class",
+    monkeypatch.setattr(lucene_build, "anserini_class",
                         lambda name: FullDiskIndexer if name.endswith("IndexCollection") else real(name))
     with pytest.raises(PipelineError, match="did not write a whole index.*nothing was cached"):
         build_index(tiny_dataset(), LuceneOptions("porter"), root=tmp_path)
     assert list(tmp_path.iterdir()) == []                                     # no index, no temp dir
-    monkeypatch.setattr(lucene, "anserini_class", real)
+    monkeypatch.setattr(lucene_build, "anserini_class", real)
     assert is_complete(build_index(tiny_dataset(), LuceneOptions("porter"), root=tmp_path))   # space again: builds
 
 

@@ -67,16 +67,16 @@ def test_a_damaged_external_index_is_one_line(index, tmp_path):
 
 
 def test_a_java_exception_while_indexing_is_one_line(tmp_path, monkeypatch):
-    from indexes import lucene
+    from indexes import lucene_build
 
-    real = lucene.anserini_class
+    real = lucene_build.anserini_class
 
     class FailingIndexer:         # what IndexCollection throws on a bad collection or an internal fault
         @staticmethod
         def main(args):
             real("java.lang.Integer").parseInt("not a number")
 
-    monkeypatch.setattr(lucene, "anserini_class",
+    monkeypatch.setattr(lucene_build, "anserini_class",
                         lambda name: FailingIndexer if name.endswith("IndexCollection") else real(name))
     with pytest.raises(PipelineError) as raised:
         build_index(tiny_dataset(), LuceneOptions("porter"), root=tmp_path)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_python
 from indexes import BM25Settings, RunRetriever, make_first_stage, resolve_first_stage
-from indexes import lucene
+from indexes import lucene, lucene_build
 from indexes.lucene import RM3, BM25Retriever, LuceneOptions, build_index, index_path, is_complete
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
@@ -70,7 +70,7 @@ def test_second_build_uses_the_cache(porter_index, index_root, monkeypatch):
     def no_docs():
         raise AssertionError("documents iterated again")
 
-    monkeypatch.setattr(lucene, "anserini_class", no_java)
+    monkeypatch.setattr(lucene_build, "anserini_class", no_java)
     again = Dataset("tiny", {}, [], no_docs, "tiny-v1")
     assert build_index(again, LuceneOptions("porter"), root=index_root) == porter_index
     assert os.stat(porter_index / lucene.META_FILE).st_mtime_ns == before
