@@ -72,37 +72,31 @@ def test_run_name_says_the_resolved_precision(native):
     assert run_names(RunConfig(), "microblog", "bm25", "test", None, 0)[0] == "microblog-test-bm25"
 
 
-class FakeTorchReranker:
-    """Records which arithmetic it was switched to."""
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> str:
+    from tests.helpers import make_tiny_encoder
 
-    def __init__(self):
-        self.calls = []
-
-    def score_in_bf16(self):
-        self.calls.append("bf16")
-
-    def quantize_int8(self):
-        self.calls.append("int8")
+    return make_tiny_encoder(tmp_path_factory.mktemp("tinybert"))
 
 
-class FakeOtherReranker:
-    """No bfloat16 or int8 arithmetic (e.g. a plugin that is not a torch model)."""
-
-
-def test_set_scoring_arithmetic_applies_the_resolved_precision(native, monkeypatch):
+def test_set_scoring_arithmetic_applies_the_resolved_precision(native, monkeypatch, tiny_encoder):
     import pipeline.engine.stages as stages
 
+    from tests.helpers import NothingToLearn, transformer_model, varied_dataset, word_model
+
     monkeypatch.setattr(stages, "native_bf16", lambda: native)
-    model = FakeTorchReranker()
-    assert set_scoring_arithmetic(model, RunConfig(reranker="hcan")) == ("bf16" if native else "float32")
-    assert model.calls == (["bf16"] if native else [])
-    model = FakeTorchReranker()
-    assert set_scoring_arithmetic(model, RunConfig(reranker="hcan", precision="float32")) == "float32"
-    assert model.calls == []
-    model = FakeTorchReranker()
+    dataset = varied_dataset()
+    model = word_model("knrm", dataset)
+    assert set_scoring_arithmetic(model, RunConfig(reranker="knrm")) == ("bf16" if native else "float32")
+    assert (model.bf16, model.quantized) == (native, False)
+    model = word_model("knrm", dataset)
+    assert set_scoring_arithmetic(model, RunConfig(reranker="knrm", precision="float32")) == "float32"
+    assert (model.bf16, model.quantized) == (False, False)
+    model = transformer_model("cross-encoder", tiny_encoder)
     assert set_scoring_arithmetic(model, RunConfig(reranker="cross-encoder", int8=True)) == "int8"
-    assert model.calls == ["int8"]
-    assert set_scoring_arithmetic(FakeOtherReranker(), RunConfig(reranker="hcan")) == "float32"
+    assert (model.bf16, model.quantized) == (False, True)
+    # a plugin that is not a torch model has no bfloat16 or int8 arithmetic
+    assert set_scoring_arithmetic(NothingToLearn(), RunConfig(reranker="hcan")) == "float32"
     # the serving CLI passes its argparse options: bf16 / int8 / precision attributes
     import argparse
     assert scoring_precision(argparse.Namespace(bf16=False, int8=False)) == ("bf16" if native else "float32")
