@@ -324,6 +324,30 @@ def ivf_counts(folder: Path, count: int) -> list[int]:
     return ivf.shard_counts([folder / f"shard-{number:05d}.npz" for number in range(count)])
 
 
+def grow(work: Path, shards: int, nlist: int, queries_per: int, seed: int) -> dict:
+    """The union grown to ``shards`` shards of documents, the shards already encoded (hard-linked aside by
+    ``simulate``) linked where its build looks for them, so that ``simulate`` encodes only the new ones."""
+    from indexes.codes import CodeOptions, index_path, resolve_training
+    from pipeline.core.filecheck import file_sha256
+
+    root = code_root()
+    built = json.loads((work / "simulate.json").read_text())
+    summary = write_union(work / UNION, queries_per, seed, shards * SHARD_SIZE)
+    _write_json(work / "union.json", {**summary, "command": _command() + "  # grown", "date": _now()})
+    dataset = load_union(work)
+    options = CodeOptions(**ENCODER_OPTIONS, index_type="ivf", ivf_nlist=nlist)
+    path = index_path(dataset, options, resolve_training(dataset, options.train_dataset), root)
+    new = root / f".{path.name}.shards"
+    new.mkdir()
+    kept = sorted((work / "shards").glob("shard-*.npz"))
+    for shard in kept:
+        os.link(shard, new / shard.name)
+    manifest = {"index": path.name, "encoder_sha256": file_sha256(Path(built["index"]) / "encoder.pt"),
+                "shard_size": SHARD_SIZE}
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    return {"shards": shards, "already_encoded": len(kept), "documents": summary["documents"], "date": _now()}
+
+
 # ---------------------------------------------------------------------------------------------- measure
 
 
@@ -444,7 +468,8 @@ class Probe:
         self.labels, self.scored_vectors, self.scored_docs = None, 0, 0
 
 
-def measure(work: Path, vectors: int, lists: int, nprobes: list[int], max_queries: int, seed: int) -> dict:
+def measure(work: Path, vectors: int, lists: int, nprobes: list[int], max_queries: int, seed: int,
+            build_file: str = "simulate.json") -> dict:
     """One size: flat and IVF indexes of a shard prefix, the union's queries searched on both."""
     import faiss
     import torch
@@ -455,7 +480,7 @@ def measure(work: Path, vectors: int, lists: int, nprobes: list[int], max_querie
 
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
-    built = json.loads((work / "simulate.json").read_text())
+    built = json.loads((work / build_file).read_text())
     full = Path(built["index"])
     documents = index_metadata(full)["documents"]
     shards = sorted((work / "shards").glob("shard-*.npz"))[: -(-documents // SHARD_SIZE)]
@@ -544,14 +569,14 @@ def step_commands(work: Path) -> list[str]:
     """The commands of the steps whose JSON is in ``work``, in the order they ran."""
     found = []
     for path in [work / "union.json", work / "estimate.json", work / "cut.json", work / "simulate.json",
-                 *sorted(work.glob("measure-*.json"))]:
+                 work / "grow.json", *sorted(work.glob("simulate-*.json")), *sorted(work.glob("measure-*.json"))]:
         if path.is_file():
             facts = json.loads(path.read_text())
             if path.name == "cut.json":  # the interrupted first build came before the cut
                 found.append(facts["command"].replace(" cut ", " simulate ").split(" --ivf-nlist")[0]
                              + " --nproc 2 --ivf-nlist 2048  # stopped when the time ran out")
-            elif path.name == "union.json" and "# the cut" in facts["command"]:  # rewritten by the cut
-                found.append(facts["command"].replace(" cut ", " union ").split(" --ivf-nlist")[0])
+            elif path.name == "union.json" and "# " in facts["command"]:  # rewritten by the cut or the growth
+                found.append(facts["command"].split(" --")[0].rsplit(" ", 1)[0] + " union --work " + str(work))
                 continue
             found.append(facts.get("runner") or facts["command"])
     return found
@@ -593,6 +618,12 @@ def render(work: Path, command: str) -> tuple[str, dict]:
         lines += ["", f"The build was stopped when the time ran out ({cutting['date']}, `cut` step) with "
                       f"{cutting['shards']} shards of 1,024 documents encoded; the union was cut to those documents "
                       "and the same command resumed after them (the shards are the resumable unit of a build)."]
+    growing = json.loads((work / "grow.json").read_text()) if (work / "grow.json").is_file() else None
+    if growing:
+        lines += ["", f"With the time left, the union was then grown to {growing['documents']:,} documents "
+                      f"({growing['shards']} shards, `grow` step, {growing['date']}): the same command, started "
+                      f"again, kept the {growing['already_encoded']} shards already encoded and encoded only the "
+                      "rest, then built the largest index (its stages: the last row of the build table below)."]
     lines += ["", "## Built as 4 GPUs would build MS MARCO: 2 processes on the CPU", "",
               f"`{built['command']}` ({built['date']}, load before / after {' '.join(built['load_before'])} / "
               f"{' '.join(built['load_after'])}): {built['documents']:,} documents, {built['vectors']:,} token vectors, "
@@ -652,7 +683,7 @@ def render(work: Path, command: str) -> tuple[str, dict]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["union", "estimate", "simulate", "cut", "measure", "report"])
+    parser.add_argument("step", choices=["union", "estimate", "simulate", "cut", "grow", "measure", "report"])
     parser.add_argument("--work", type=Path, required=True, help="folder of the union, the shards and the JSON")
     parser.add_argument("--queries-per", type=int, default=40, help="union: judged queries per collection")
     parser.add_argument("--max-docs", type=int, default=0, help="union: keep the first N documents of the order")
@@ -660,6 +691,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sample", type=int, default=2000, help="estimate: documents encoded")
     parser.add_argument("--nproc", type=int, default=2, help="simulate: processes")
     parser.add_argument("--ivf-nlist", type=int, default=0, help="simulate / measure: IVF lists (0: the default)")
+    parser.add_argument("--shards", type=int, default=0, help="grow: shards of documents in the grown union")
+    parser.add_argument("--simulate", default="simulate.json", help="simulate: its JSON; measure: the build's JSON")
     parser.add_argument("--vectors", type=int, default=0, help="measure: size (0: every shard)")
     parser.add_argument("--nprobe", type=int, nargs="+", default=[4, 16, 64], help="measure: nprobe values")
     parser.add_argument("--max-queries", type=int, default=0, help="measure: first N queries (0: all)")
@@ -674,11 +707,14 @@ def main(argv=None) -> None:
         _write_json(work / "estimate.json", {**estimate(work, args.sample), "command": _command()})
     elif args.step == "simulate":
         extra = ["--ivf-nlist", str(args.ivf_nlist)] if args.ivf_nlist else []
-        _write_json(work / "simulate.json", {**simulate(work, args.nproc, extra), "runner": _command()})
+        _write_json(work / args.simulate, {**simulate(work, args.nproc, extra), "runner": _command()})
     elif args.step == "cut":
         _write_json(work / "cut.json", {**cut(work, args.ivf_nlist, args.queries_per, args.seed), "command": _command()})
+    elif args.step == "grow":
+        _write_json(work / "grow.json", {**grow(work, args.shards, args.ivf_nlist, args.queries_per, args.seed),
+                                         "command": _command()})
     elif args.step == "measure":
-        result = measure(work, args.vectors, args.ivf_nlist, args.nprobe, args.max_queries, args.seed)
+        result = measure(work, args.vectors, args.ivf_nlist, args.nprobe, args.max_queries, args.seed, args.simulate)
         _write_json(work / f"measure-{args.vectors or 'all'}.json", {**result, "command": _command()})
         print(json.dumps(result["rows"], indent=1))
     else:
