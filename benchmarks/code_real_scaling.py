@@ -209,6 +209,7 @@ class StageWatcher(threading.Thread):
     def __init__(self, root: Path, keep: Path, started: float, period: float = 0.5):
         super().__init__(daemon=True)
         self.root, self.keep, self.started, self.period = root, keep, started, period
+        self.wall = time.time() - (time.perf_counter() - started)
         self.seen: dict[str, float] = {}
         self.stop = threading.Event()
 
@@ -233,7 +234,8 @@ class StageWatcher(threading.Thread):
             for block in blocks.glob("rank*.index"):
                 self.note(f"block/{block.name}")
         for index in self.root.glob(f"{UNION}-codes-*"):
-            if (index / "code-index.json").is_file():
+            # an index already in the cache (an earlier size's) is not this build's
+            if (index / "code-index.json").is_file() and (index / "code-index.json").stat().st_mtime >= self.wall:
                 self.note("index")
                 self.seen.setdefault("index_path", str(index))
 
