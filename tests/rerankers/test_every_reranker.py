@@ -153,14 +153,24 @@ def garbage_padding(batch: dict, extra_q: int, extra_d: int, vocab_size: int, se
     return wide
 
 
-def build_with(name: str, options: dict, dataset, tiny_encoder: str):
+@pytest.fixture(scope="module")
+def built() -> dict:
+    """The models the two tests below build, built once for both (each sets the module mode it needs)."""
+    return {}
+
+
+def build_with(built: dict, name: str, options: dict, dataset, tiny_encoder: str):
     """Re-ranker ``name`` with ``options`` built small (ADDAX without its document cache, so that every
-    ``forward`` encodes); skips a re-ranker without ``encode``/``forward`` (a plugin: the contract test above
-    checks it through ``score``)."""
-    if name in TRANSFORMERS:
-        reranker = transformer_model(name, tiny_encoder, **options, **({"doc_cache_size": 0} if "addax" in name else {}))
-    else:
-        reranker = word_model(name, dataset, **options)
+    ``forward`` encodes), once into ``built``; skips a re-ranker without ``encode``/``forward`` (a plugin:
+    the contract test above checks it through ``score``)."""
+    key = (name, repr(sorted(options.items())))
+    if key not in built:
+        if name in TRANSFORMERS:
+            built[key] = transformer_model(name, tiny_encoder, **options,
+                                           **({"doc_cache_size": 0} if "addax" in name else {}))
+        else:
+            built[key] = word_model(name, dataset, **options)
+    reranker = built[key]
     if not (hasattr(reranker, "encode") and hasattr(reranker, "forward") and hasattr(reranker, "module")):
         pytest.skip(f"{name} has no encode/forward: the contract test above checks it through score()")
     return reranker
@@ -178,11 +188,11 @@ def mixed_pairs(items) -> list:
 
 
 @pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
-def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encoder):
+def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encoder, built):
     """A pair scores the same alone (padded to its own length) as in a batch of other pairs padded to the
     longest of them, in any order; a word-level model's batch is padded wider still with random ids and
     features that only the masks hide. Empty texts included."""
-    reranker = build_with(name, options, dataset, tiny_encoder)
+    reranker = build_with(built, name, options, dataset, tiny_encoder)
     pairs = mixed_pairs(items)
     order = [(5 * k) % len(pairs) for k in range(len(pairs))]
     assert sorted(order) == list(range(len(pairs)))
@@ -199,14 +209,15 @@ def test_padding_never_changes_a_score(name, options, items, dataset, tiny_encod
 
 
 @pytest.mark.parametrize("name,options", CASES, ids=CASE_IDS)
-def test_training_mode_gives_one_finite_score_per_pair(name, options, items, dataset, tiny_encoder):
+def test_training_mode_gives_one_finite_score_per_pair(name, options, items, dataset, tiny_encoder, built):
     """In training mode (dropout on) a batch of pairs, empty texts included, gets one finite score each, and
     different pairs get different scores (the inputs reach the output). A word-level model trains its score
     alone, so every trainable parameter gets a gradient from it (a transformer's loss has other terms, e.g.
     ADDAX's denoiser, and BERT's pooler is unused)."""
-    reranker = build_with(name, options, dataset, tiny_encoder)
+    reranker = build_with(built, name, options, dataset, tiny_encoder)
     pairs = mixed_pairs(items)
     reranker.module.train()
+    reranker.module.zero_grad(set_to_none=True)
     torch.manual_seed(0)
     scores = reranker.forward(reranker.encode(pairs))
     assert scores.shape == (len(pairs),) and torch.isfinite(scores).all()
