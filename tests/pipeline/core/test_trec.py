@@ -125,19 +125,6 @@ def test_qrels_are_read_with_graded_and_negative_relevance(tmp_path):
     assert formats.read_qrels(path) == [Qrel("1", "d1", 2, "0"), Qrel("1", "d2", -2, "0"), Qrel("2", "d1", 0, "Q0")]
 
 
-@pytest.mark.parametrize("bad_line, expected", [
-    ("1 0 d3", "4 columns"),
-    ("1 0 d3 1 extra", "4 columns"),
-    ("1 0 d3 yes", "not an integer"),
-    ("1 0 d3 1.5", "not an integer"),
-    ("1 0 d1 0", "duplicate judgment"),
-])
-def test_malformed_qrels_line(tmp_path, bad_line, expected):
-    path = write(tmp_path / "qrels.txt", f"1 0 d1 1\n1 0 d2 0\n{bad_line}\n2 0 d1 1\n")
-    error = raises_at(path, 3, formats.read_qrels)
-    assert expected in str(error)
-
-
 def test_duplicate_judgment_names_the_first_line(tmp_path):
     path = write(tmp_path / "qrels.txt", "1 0 d1 1\n1 0 d2 0\n1 0 d1 0\n")
     assert "first on line 1" in str(raises_at(path, 3, formats.read_qrels))
@@ -166,19 +153,31 @@ def test_run_is_read(tmp_path):
     }
 
 
-@pytest.mark.parametrize("bad_line, expected", [
-    ("1 Q0 d3 3 0.5", "6 columns"),
-    ("1 Q0 d3 3 0.5 tag extra", "6 columns"),
-    ("1 Q0 d3 3 high tag", "not a number"),
-    ("1 Q0 d3 three 0.5 tag", "not an integer"),
-    ("1 Q0 d3 3.0 0.5 tag", "not an integer"),
-    ("1 Q0 d3 3 nan tag", "not finite"),
-    ("1 Q0 d3 3 -inf tag", "not finite"),
-    ("1 Q0 d1 3 0.1 tag", "listed twice"),
+# a bad third line between good ones, in a qrels file and in a run: the reader names line 3
+MALFORMED_THIRD_LINE = {
+    "qrels": ("qrels.txt", "1 0 d1 1\n1 0 d2 0\n{}\n2 0 d1 1\n", formats.read_qrels),
+    "run": ("r.run", "1 Q0 d1 1 3.5 tag\n1 Q0 d2 2 1.5 tag\n{}\n2 Q0 d1 1 1 tag\n", formats.read_run),
+}
+
+
+@pytest.mark.parametrize("kind, bad_line, expected", [
+    ("qrels", "1 0 d3", "4 columns"),
+    ("qrels", "1 0 d3 1 extra", "4 columns"),
+    ("qrels", "1 0 d3 yes", "not an integer"),
+    ("qrels", "1 0 d3 1.5", "not an integer"),
+    ("qrels", "1 0 d1 0", "duplicate judgment"),
+    ("run", "1 Q0 d3 3 0.5", "6 columns"),
+    ("run", "1 Q0 d3 3 0.5 tag extra", "6 columns"),
+    ("run", "1 Q0 d3 3 high tag", "not a number"),
+    ("run", "1 Q0 d3 three 0.5 tag", "not an integer"),
+    ("run", "1 Q0 d3 3.0 0.5 tag", "not an integer"),
+    ("run", "1 Q0 d3 3 nan tag", "not finite"),
+    ("run", "1 Q0 d3 3 -inf tag", "not finite"),
+    ("run", "1 Q0 d1 3 0.1 tag", "listed twice"),
 ])
-def test_malformed_run_line(tmp_path, bad_line, expected):
-    path = write(tmp_path / "r.run", f"1 Q0 d1 1 3.5 tag\n1 Q0 d2 2 1.5 tag\n{bad_line}\n2 Q0 d1 1 1 tag\n")
-    error = raises_at(path, 3, formats.read_run)
+def test_malformed_qrels_or_run_line(tmp_path, kind, bad_line, expected):
+    name, around, reader = MALFORMED_THIRD_LINE[kind]
+    error = raises_at(write(tmp_path / name, around.format(bad_line)), 3, reader)
     assert expected in str(error)
 
 
