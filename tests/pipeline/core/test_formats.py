@@ -92,16 +92,6 @@ def test_jsonl_topics_with_title_and_description(tmp_path):
     assert formats.read_topics(path, "title+description") == {"7": Query("7", "cats care of cats")}
 
 
-@pytest.mark.parametrize("content, line, message", [
-    ('{"_id": "1", "text": "a"}\n{"_id": "2", "text": \n', 2, "invalid JSON"),
-    ('{"_id": "1", "text": "a"}\n{"text": "no id"}\n', 2, "no id field"),
-    ('{"_id": "1", "text": "a"}\n{"_id": "1", "text": "again"}\n', 2, "duplicate query id"),
-    ('{"_id": "1", "text": "a"}\n{"_id": "2", "text": "  "}\n', 2, "empty"),
-])
-def test_malformed_jsonl_topics(tmp_path, content, line, message):
-    assert message in str(raises_at(write(tmp_path / "queries.jsonl", content), line, formats.read_topics))
-
-
 def test_smart_topics(tmp_path):
     path = write(tmp_path / "cran.qry", ".I 001\n.W\nwhat similarity laws\nmust be obeyed .\n.I 002\n.W\nheat transfer .\n")
     assert formats.read_topics(path) == {"001": Query("001", "what similarity laws must be obeyed ."),
@@ -138,14 +128,19 @@ def test_beir_qrels_tsv(tmp_path):
     assert formats.read_qrels(path) == [Qrel("PLAIN-2", "MED-2427", 2), Qrel("PLAIN-2", "MED-10", 1)]
 
 
-@pytest.mark.parametrize("content, line, message", [
-    ("1 d1 1\n1 d2 0\n1 0 d3 1\n", 3, "expected 3 columns 'query_id doc_id relevance' like line 1, got 4"),
-    ("query-id\tcorpus-id\tscore\n1\td1\t1\n1\td2\thigh\n", 3, "not an integer"),
-    ("query-id\tcorpus-id\tscore\n1\td1\t1\n1\td1\t0\n", 3, "duplicate judgment"),
-    ("1 0 d1 1 extra\n", 1, "3 columns 'query_id doc_id relevance'"),
+@pytest.mark.parametrize("name, content, line, message", [
+    ("queries.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "2", "text": \n', 2, "invalid JSON"),
+    ("queries.jsonl", '{"_id": "1", "text": "a"}\n{"text": "no id"}\n', 2, "no id field"),
+    ("queries.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "1", "text": "again"}\n', 2, "duplicate query id"),
+    ("queries.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "2", "text": "  "}\n', 2, "empty"),
+    ("qrels.txt", "1 d1 1\n1 d2 0\n1 0 d3 1\n", 3, "expected 3 columns 'query_id doc_id relevance' like line 1, got 4"),
+    ("qrels.txt", "query-id\tcorpus-id\tscore\n1\td1\t1\n1\td2\thigh\n", 3, "not an integer"),
+    ("qrels.txt", "query-id\tcorpus-id\tscore\n1\td1\t1\n1\td1\t0\n", 3, "duplicate judgment"),
+    ("qrels.txt", "1 0 d1 1 extra\n", 1, "3 columns 'query_id doc_id relevance'"),
 ])
-def test_malformed_qrels_layouts(tmp_path, content, line, message):
-    assert message in str(raises_at(write(tmp_path / "qrels.txt", content), line, formats.read_qrels))
+def test_malformed_jsonl_topics_and_qrels_layouts(tmp_path, name, content, line, message):
+    reader = formats.read_topics if name == "queries.jsonl" else formats.read_qrels
+    assert message in str(raises_at(write(tmp_path / name, content), line, reader))
 
 
 def test_unrecognised_qrels_file_lists_every_layout(tmp_path):
