@@ -77,6 +77,7 @@ SAFE_FILES = {
     "dl/2021-knrm-drmm.json": "dl/2021-knrm-drmm-safe.json",
     "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
     "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
+    "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
 }
 
 #: why a row was not re-measured: its trained models are not cached on this machine, and retraining every
