@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, TypeVar, runtime_checkable
 
+from pipeline.core.errors import PipelineError
 from pipeline.core.records import Query, Run, ranked
+
+OptionsT = TypeVar("OptionsT")
 
 
 @runtime_checkable
@@ -86,3 +89,33 @@ class BM25Settings:
     dense: Any = None
     hybrid: Any = None
 
+
+
+def settings_options(settings: Any, options_class: type[OptionsT]) -> OptionsT:
+    """The options of a first stage's ``settings``, checked to be of the first stage's own class.
+
+    Args:
+        settings: a first stage's settings (:class:`indexes.options.FirstStageSettings`).
+        options_class: the first stage's options class.
+
+    Returns:
+        ``settings.options`` (from ``--fs-set``), else ``options_class()`` (the defaults).
+
+    Raises:
+        PipelineError: ``settings.options`` is something other than an ``options_class``.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Opts:
+        ...     depth: int = 3
+        >>> settings_options(SimpleNamespace(options=None), Opts)
+        Opts(depth=3)
+    """
+    options = settings.options
+    if options is None:
+        return options_class()
+    if not isinstance(options, options_class):
+        raise PipelineError(f"settings.options must be a {options_class.__name__}, got {type(options).__name__}")
+    return options

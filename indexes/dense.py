@@ -46,6 +46,7 @@ from pipeline.core.filenames import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
+from .base import settings_options
 from .dense_encoder import TextEncoder, encoder_identity, resolve_pooling, set_threads
 from .options import FirstStageOptions, FirstStageSettings
 
@@ -353,26 +354,6 @@ class DenseRetriever:
         """Nothing to release (the index is in memory); for symmetry with BM25Retriever."""
 
 
-def dense_options(settings: FirstStageSettings) -> DenseOptions:
-    """The dense options of ``settings``.
-
-    Args:
-        settings: a first stage's settings.
-
-    Returns:
-        ``settings.options`` (from ``--fs-set``), else the default :class:`DenseOptions`.
-
-    Raises:
-        PipelineError: ``settings.options`` is something other than a :class:`DenseOptions`.
-    """
-    options = settings.options
-    if options is None:
-        return DenseOptions()
-    if not isinstance(options, DenseOptions):
-        raise PipelineError(f"settings.options must be a DenseOptions, got {type(options).__name__}")
-    return options
-
-
 def dense_first_stage(dataset: Dataset, settings: FirstStageSettings) -> DenseRetriever:
     """``dense``: the pooled encoder vectors of the documents in a faiss index, built on first use.
 
@@ -383,7 +364,7 @@ def dense_first_stage(dataset: Dataset, settings: FirstStageSettings) -> DenseRe
     Returns:
         The first stage.
     """
-    options = dense_options(settings)
+    options = settings_options(settings, DenseOptions)
     return DenseRetriever(build_dense_index(dataset, options, settings.index_root), options)
 
 

@@ -33,7 +33,7 @@ from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Query, Run, ScoredDoc, minmax
 
-from .base import Retriever
+from .base import Retriever, settings_options
 from .dense import DenseOptions
 from .options import BM25Options, FirstStageOptions, FirstStageSettings
 
@@ -277,26 +277,6 @@ class HybridRetriever:
                 retriever.close()
 
 
-def hybrid_options(settings: FirstStageSettings) -> HybridStageOptions:
-    """The hybrid options of ``settings``.
-
-    Args:
-        settings: a first stage's settings.
-
-    Returns:
-        ``settings.options`` (from ``--fs-set``), else the default :class:`HybridStageOptions`.
-
-    Raises:
-        PipelineError: ``settings.options`` is something other than a :class:`HybridStageOptions`.
-    """
-    options = settings.options
-    if options is None:
-        return HybridStageOptions()
-    if not isinstance(options, HybridStageOptions):
-        raise PipelineError(f"settings.options must be a HybridStageOptions, got {type(options).__name__}")
-    return options
-
-
 def hybrid_first_stage(dataset: Dataset, settings: FirstStageSettings) -> HybridRetriever:
     """``hybrid``: BM25 (options ``bm25.*``) and dense (options ``dense.*``) fused as the other options say.
 
@@ -312,7 +292,7 @@ def hybrid_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Hybrid
     from .dense import dense_first_stage
     from .lucene import bm25_first_stage
 
-    options = hybrid_options(settings)
+    options = settings_options(settings, HybridStageOptions)
     bm25 = bm25_first_stage(dataset, dataclasses.replace(settings, options=options.bm25))
     dense = dense_first_stage(dataset, dataclasses.replace(settings, options=options.dense))
     return HybridRetriever(dataset, bm25, dense, options.fusion_options())
