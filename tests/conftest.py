@@ -64,6 +64,14 @@ def write(path: Path, content: str | bytes) -> Path:
     return path
 
 
+def write_files(folder: Path, files: dict[str, str | bytes]) -> Path:
+    """Make ``folder`` (parents too), write each ``{name: content}`` of ``files`` in it and return it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        write(folder / name, content)
+    return folder
+
+
 def assert_located(error, path, line: int | None) -> None:
     """The DataFormatError names ``path`` and ``line`` both as attributes and as ``path:line:`` in its text."""
     assert error.path == str(path), (error.path, str(path))

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_files
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("pipeline", "infra", "indexes", "rerankers")
 
@@ -141,12 +143,9 @@ def test_no_import_circles(graph):
 
 def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
     # the checker itself, on a made-up package: a function-level import and a relative one are edges
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "low.py").write_text("VALUE = 1\n")
-    (package / "high.py").write_text("from .low import VALUE\n\ndef later():\n    import pkg.other\n")
-    (package / "other.py").write_text("")
+    package = write_files(tmp_path / "pkg", {"__init__.py": "", "low.py": "VALUE = 1\n",
+                                             "high.py": "from .low import VALUE\n\ndef later():\n    import pkg.other\n",
+                                             "other.py": ""})
     modules = {"pkg": package / "__init__.py", "pkg.low": package / "low.py", "pkg.high": package / "high.py",
                "pkg.other": package / "other.py"}
     assert imports_of("pkg.high", modules["pkg.high"], modules) == {"pkg.low", "pkg.other"}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_files
 from pipeline.core import atomic
 from pipeline.core.datasets.local import load_local
 from pipeline.core.datasets.pair_format import read_pair_folder
@@ -98,12 +99,9 @@ def test_a_symlink_out_of_a_dataset_folder_is_refused_and_never_read(tmp_path):
 
 
 def test_a_symlink_inside_a_dataset_folder_is_fine(tmp_path):
-    folder = tmp_path / "mine"
-    folder.mkdir()
-    (folder / "real.tsv").write_text("1\tcats\n")
+    folder = write_files(tmp_path / "mine", {"real.tsv": "1\tcats\n", "qrels.txt": "1 0 d1 1\n",
+                                             "docs.tsv": "d1\tcats and dogs\n"})
     (folder / "topics.tsv").symlink_to("real.tsv")
-    (folder / "qrels.txt").write_text("1 0 d1 1\n")
-    (folder / "docs.tsv").write_text("d1\tcats and dogs\n")
     assert list(load_local(folder).queries) == ["1"]
 
 
@@ -120,11 +118,7 @@ def test_an_empty_qrels_file_is_an_error_naming_it(tmp_path, content):
 def test_pipeline_run_with_an_empty_qrels_file_exits_2_without_a_run(tmp_path, capsys):
     from pipeline import run
 
-    folder = tmp_path / "mine"
-    folder.mkdir()
-    (folder / "topics.tsv").write_text("1\tcats\n")
-    (folder / "qrels.txt").write_text("")
-    (folder / "docs.tsv").write_text("d1\tcats and dogs\n")
+    folder = write_files(tmp_path / "mine", {"topics.tsv": "1\tcats\n", "qrels.txt": "", "docs.tsv": "d1\tcats and dogs\n"})
     status = run.main(["--dataset", str(folder), "--first-stage", "bm25", "--output-dir", str(tmp_path / "runs")])
     assert status == 2
     err = capsys.readouterr().err
@@ -136,12 +130,8 @@ def test_pipeline_run_with_an_empty_qrels_file_exits_2_without_a_run(tmp_path, c
 
 @pytest.mark.parametrize("label", ["inf", "-inf", "1e999", "nan"])
 def test_a_non_finite_label_in_sim_txt_is_an_error_naming_the_line(tmp_path, label):
-    folder = tmp_path / "train"
-    folder.mkdir()
-    (folder / "a.toks").write_text("q one\nq one\n")
-    (folder / "b.toks").write_text("d one\nd two\n")
-    (folder / "id.txt").write_text("q1\nq1\n")
-    (folder / "sim.txt").write_text(f"1\n{label}\n")
+    folder = write_files(tmp_path / "train", {"a.toks": "q one\nq one\n", "b.toks": "d one\nd two\n",
+                                              "id.txt": "q1\nq1\n", "sim.txt": f"1\n{label}\n"})
     with pytest.raises(DataFormatError, match=rf"sim.txt:2: label '{label}' is not a number"):
         read_pair_folder(folder)
 
@@ -150,12 +140,8 @@ def test_pipeline_classify_with_an_infinite_label_exits_2(tmp_path, capsys):
     from pipeline import classify
 
     for split in ("train", "dev", "test"):
-        folder = tmp_path / "pairs" / split
-        folder.mkdir(parents=True)
-        (folder / "a.toks").write_text("q one\nq one\n")
-        (folder / "b.toks").write_text("d one\nd two\n")
-        (folder / "id.txt").write_text("q1\nq1\n")
-        (folder / "sim.txt").write_text("1\ninf\n")
+        write_files(tmp_path / "pairs" / split, {"a.toks": "q one\nq one\n", "b.toks": "d one\nd two\n",
+                                                 "id.txt": "q1\nq1\n", "sim.txt": "1\ninf\n"})
     assert classify.main(["--dataset", str(tmp_path / "pairs"), "--reranker", "knrm"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sim.txt:2: label 'inf'" in err

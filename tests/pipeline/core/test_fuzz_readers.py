@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import write_files
 from pipeline.core import filecheck
 from pipeline.core.datasets.local import load_local
 from pipeline.core.datasets.pair_format import read_pair_folder, read_wikiqa_tsv
@@ -215,11 +216,8 @@ def test_wikiqa_tsv(tmp_path):
 
 
 def test_dataset_manifests(tmp_path):
-    folder = tmp_path / "mine"
-    folder.mkdir()
-    (folder / "topics.tsv").write_text("1\tcats\n")
-    (folder / "qrels.txt").write_text("1 0 d1 1\n")
-    (folder / "docs.tsv").write_text("d1\tcats and dogs\n")
+    folder = write_files(tmp_path / "mine", {"topics.tsv": "1\tcats\n", "qrels.txt": "1 0 d1 1\n",
+                                             "docs.tsv": "d1\tcats and dogs\n"})
     (tmp_path / "outside.txt").write_text("SECRET\n")
 
     @FUZZ
