@@ -145,6 +145,12 @@ def save_tiny_bert(folder: Path) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> str:
+    """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory (per module)."""
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
 def assert_the_loss_falls(report, epochs):
     """``report`` (a training report) has one loss per epoch, ``epochs`` of them, the last below the first."""
     losses = [epoch.loss for epoch in report.epochs]

@@ -32,16 +32,10 @@ from pipeline.core.errors import CheckpointError, CorruptCacheError, PipelineErr
 from pipeline.core.filecheck import stamp_is_fresh
 from pipeline.core.records import Doc, Qrel, Query
 from pipeline.core.runtime import seed_everything
-from tests.helpers import one_faiss_thread, one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixtures)
+from tests.helpers import one_faiss_thread, one_torch_thread, tiny_dataset, tiny_encoder  # noqa: F401 (fixtures)
 
 WORDS = ("apple river mountain music doctor garden winter ocean teacher window city dog cat bread train forest "
          "paper summer energy market").split()
-
-
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory) -> str:
-    """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
-    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture(scope="module")

@@ -19,19 +19,13 @@ from pipeline.core.errors import ConfigError, CorruptCacheError, PipelineError
 from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
 
 from conftest import run_python, write
-from tests.helpers import one_torch_thread, save_tiny_bert, tiny_dataset  # noqa: F401 (autouse fixture)
+from tests.helpers import one_torch_thread, tiny_dataset, tiny_encoder  # noqa: F401 (fixtures)
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 WORDS = ("wind tunnel pressure wing boundary layer flow shock heat plate cone jet nozzle blade engine fuel "
          "crystal lattice protein gene cell virus enzyme liver diet sugar").split()
-
-
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory) -> str:
-    """A random 2-layer BERT (hidden 32) saved with MiniLM's tokenizer: a local encoder directory."""
-    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 @pytest.fixture(scope="module")
