@@ -220,6 +220,27 @@ def relevant_wins(reranker, train) -> int:
     return wins
 
 
+def assert_the_tiny_fit_overfits(reranker, report, train, factor: float) -> None:
+    """The last epoch's loss is below ``factor`` times the first's and every training query's relevant document
+    outscores its random negative (:func:`relevant_wins`)."""
+    losses = [epoch.loss for epoch in report.epochs]
+    assert losses[-1] < factor * losses[0], losses
+    assert relevant_wins(reranker, train) == len(train.queries)
+
+
+def assert_garbage_and_missing_checkpoints_fail(reranker_class, folder: Path) -> None:
+    """``reranker_class.load`` of a file that is no checkpoint, and of a missing file, raises a
+    CheckpointError naming the file and what is wrong with it."""
+    from pipeline.core.errors import CheckpointError
+
+    garbage = folder / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="garbage.pt: not a readable checkpoint"):
+        reranker_class.load(garbage)
+    with pytest.raises(CheckpointError, match="missing.pt: .*not found"):
+        reranker_class.load(folder / "missing.pt")
+
+
 def ctrl_c_as_at_a_terminal() -> None:
     """``preexec_fn`` for a child a test sends SIGINT to: Ctrl-C's default disposition, as a command started
     at a terminal has it. A test suite started in the background by a shell without job control inherits

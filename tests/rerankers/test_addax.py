@@ -24,7 +24,9 @@ from rerankers.addax import (
     AddaxNoMAGSReranker, AddaxReranker, HashingDenoiser, MAGCell, maxsim, positionwise,
 )
 from rerankers.transformer_base import AuxiliaryLossTrainer
-from tests.helpers import one_torch_thread, relevant_wins, tiny_dataset  # noqa: F401  (autouse fixture)
+from tests.helpers import (  # noqa: F401  (autouse fixture)
+    assert_garbage_and_missing_checkpoints_fail, assert_the_tiny_fit_overfits, one_torch_thread, tiny_dataset,
+)
 from tests.helpers import (  # noqa: F401
     ENCODER_DOCS as DOCS, ENCODER_QUERY as QUERY, ENCODER_WORDS as WORDS, make_tiny_encoder,
 )
@@ -328,10 +330,7 @@ def test_an_interrupted_addax_training_resumes_with_the_same_weights(tiny_encode
 
 
 def test_tiny_overfit_relevant_outranks_random(tiny_encoder):
-    reranker, report, train = fit_tiny(tiny_encoder)
-    losses = [epoch.loss for epoch in report.epochs]
-    assert losses[-1] < 0.5 * losses[0], losses
-    assert relevant_wins(reranker, train) == len(train.queries)
+    assert_the_tiny_fit_overfits(*fit_tiny(tiny_encoder), factor=0.5)
 
 
 def test_head_learning_rate_moves_the_new_layers_more_than_the_encoder(tiny_encoder):
@@ -383,12 +382,7 @@ def test_save_load_round_trip_gives_identical_scores(tiny_encoder, tmp_path):
 
 
 def test_bad_checkpoints_are_checkpoint_errors_naming_the_file(tiny_encoder, tmp_path):
-    garbage = tmp_path / "garbage.pt"
-    garbage.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(CheckpointError, match="garbage.pt"):
-        AddaxReranker.load(garbage)
-    with pytest.raises(CheckpointError, match="missing.pt"):
-        AddaxReranker.load(tmp_path / "missing.pt")
+    assert_garbage_and_missing_checkpoints_fail(AddaxReranker, tmp_path)
     reranker = make("addax", tiny_encoder)
     path = tmp_path / "addax.pt"
     reranker.save(path)

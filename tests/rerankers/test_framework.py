@@ -33,7 +33,8 @@ from infra.checkpoints import save_checkpoint
 from rerankers.hcan import HCANReranker
 from rerankers.training.loop import Trainer
 from tests.helpers import (  # noqa: F401
-    FILLER_WORDS as FILLER, TINY_HCAN as TINY, TOPICS, train_tiny, write_pairs, write_tiny_pairs,
+    FILLER_WORDS as FILLER, TINY_HCAN as TINY, TOPICS, assert_garbage_and_missing_checkpoints_fail, train_tiny,
+    write_pairs, write_tiny_pairs,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -337,12 +338,7 @@ def test_save_load_round_trip_gives_identical_scores(tiny, tmp_path):
 
 
 def test_bad_checkpoints_are_clear_errors(tiny, tmp_path):
-    garbage = tmp_path / "garbage.pt"
-    garbage.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(CheckpointError, match="garbage.pt: not a readable checkpoint"):
-        HCANReranker.load(garbage)
-    with pytest.raises(CheckpointError, match="not found"):
-        HCANReranker.load(tmp_path / "missing.pt")
+    assert_garbage_and_missing_checkpoints_fail(HCANReranker, tmp_path)
     reranker, _, _ = train_tiny(tiny, epochs=1)
     good = tmp_path / "good.pt"
     reranker.save(good)
