@@ -228,6 +228,32 @@ def assert_the_tiny_fit_overfits(reranker, report, train, factor: float) -> None
     assert relevant_wins(reranker, train) == len(train.queries)
 
 
+def overfit_one_batch(model, batch, loss_of, steps: int, lr: float) -> tuple[list[float], torch.Tensor]:
+    """Train ``model`` on the one ``batch`` with Adam for ``steps`` steps.
+
+    Args:
+        model: the module; called as ``model(*batch)``.
+        batch: its inputs.
+        loss_of: the loss of the model's scores of ``batch``.
+        steps: optimizer steps.
+        lr: Adam's learning rate.
+
+    Returns:
+        The loss of every step and, afterwards (eval mode, no gradients), the model's scores of ``batch``.
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = loss_of(model(*batch))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        return losses, model(*batch)
+
+
 def assert_garbage_and_missing_checkpoints_fail(reranker_class, folder: Path) -> None:
     """``reranker_class.load`` of a file that is no checkpoint, and of a missing file, raises a
     CheckpointError naming the file and what is wrong with it."""

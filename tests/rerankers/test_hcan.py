@@ -11,6 +11,7 @@ from rerankers.hcan import (
     hcan_query_phrases,
     relevance_matching_features,
 )
+from tests.helpers import overfit_one_batch
 
 VOCAB, EMBED = 50, 12
 
@@ -192,20 +193,9 @@ def test_tiny_overfit_relevant_docs_share_query_words(matching):
     idfs = [torch.full((levels, 3), 2.0) for _ in queries]
     batch = pad_batch(queries, docs, idfs, levels, garbage=False)
     target = torch.tensor(labels)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-
-    losses = []
-    for _ in range(150):
-        optimizer.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(model(*batch), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-
+    losses, scores = overfit_one_batch(model, batch, lambda scores: F.binary_cross_entropy_with_logits(scores, target),
+                                       steps=150, lr=3e-3)
     assert losses[-1] < 0.25 * losses[0]
-    model.eval()
-    with torch.no_grad():
-        scores = model(*batch)
     assert scores[target == 1].min() > scores[target == 0].max()
 
 

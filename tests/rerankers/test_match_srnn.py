@@ -249,19 +249,9 @@ def test_tiny_overfit_with_the_hinge_loss(bidirectional):
         positives.append(words[3:5] + words[:3] + words[5:7])
         negatives.append(words[3:10])
     batch = pad_batch(queries + queries, positives + negatives, garbage=False)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(60):
-        scores = model(*batch)
-        loss = torch.clamp(1.0 - scores[:4] + scores[4:], min=0).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses, scores = helpers.overfit_one_batch(
+        model, batch, lambda scores: torch.clamp(1.0 - scores[:4] + scores[4:], min=0).mean(), steps=60, lr=1e-2)
     assert losses[-1] < 0.1 * losses[0]
-    model.eval()
-    with torch.no_grad():
-        scores = model(*batch)
     assert (scores[:4] > scores[4:]).all()
 
 
