@@ -18,7 +18,49 @@ from .recurrent import MaskedBiLSTM
 __all__ = ["DeepEncoder", "WideEncoder", "ContextualEncoder"]
 
 
-class DeepEncoder(nn.Module):
+class _LayerStack(nn.Module):
+    """What the three encoders share: N layers (``self.<layer_attribute>``, the name their weights are saved
+    under), each output dropped out and returned; stacked layers read the previous layer's dropped-out output,
+    parallel ones the embeddings."""
+
+    layer_attribute = "convs"
+    stacked = True
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """Every layer's phrase vectors.
+
+        Args:
+            x: ``[B, L, E]`` embeddings.
+            mask: ``[B, L]`` bool, True on real tokens.
+
+        Returns:
+            N tensors ``[B, L, F]`` (zeros at padding).
+        """
+        outputs, layer_input = [], x
+        for layer in getattr(self, self.layer_attribute):
+            # The released code feeds the dropped-out tensor both to the next
+            # layer and to the matching modules.
+            out = self.dropout(self.layer_output(layer, layer_input, mask))
+            outputs.append(out)
+            if self.stacked:
+                layer_input = out
+        return outputs
+
+    def layer_output(self, layer: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One layer's output before dropout.
+
+        Args:
+            layer: a CNN (or, overridden, another layer).
+            x: ``[B, L, E]`` its input.
+            mask: ``[B, L]`` bool, True on real tokens.
+
+        Returns:
+            ``[B, L, F]``.
+        """
+        return layer(x, mask)
+
+
+class DeepEncoder(_LayerStack):
     """Deep encoder, Sec. 2.1: ``U^h = CNN^h(U^{h-1})``, h = 1..N, width k, F filters, ReLU.
 
     Each layer is padded on the right, so position i of layer h covers tokens
@@ -39,31 +81,15 @@ class DeepEncoder(nn.Module):
         )
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Every layer's phrase vectors.
 
-        Args:
-            x: ``[B, L, E]`` embeddings.
-            mask: ``[B, L]`` bool, True on real tokens.
-
-        Returns:
-            N tensors ``[B, L, F]`` (zeros at padding).
-        """
-        outputs = []
-        for conv in self.convs:
-            # The released code feeds the dropped-out tensor both to the next
-            # layer and to the matching modules.
-            x = self.dropout(conv(x, mask))
-            outputs.append(x)
-        return outputs
-
-
-class WideEncoder(nn.Module):
+class WideEncoder(_LayerStack):
     """Wide encoder, Sec. 2.1: N parallel CNNs over the embeddings, widths ``k .. k+N-1``.
 
     Layer l (1-based) has width ``k+l-1`` and is padded on the right, so
     position i covers tokens ``i .. i+k+l-2``.
     """
+
+    stacked = False
 
     def __init__(self, input_dim: int, config) -> None:
         """
@@ -78,26 +104,16 @@ class WideEncoder(nn.Module):
         )
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Every CNN's phrase vectors.
 
-        Args:
-            x: ``[B, L, E]`` embeddings.
-            mask: ``[B, L]`` bool, True on real tokens.
-
-        Returns:
-            N tensors ``[B, L, F]`` (zeros at padding).
-        """
-        return [self.dropout(conv(x, mask)) for conv in self.convs]
-
-
-class ContextualEncoder(nn.Module):
+class ContextualEncoder(_LayerStack):
     """Contextual encoder, Sec. 2.1: ``U^h = BiLSTM^h(U^{h-1})``, h = 1..N.
 
     F/2 units per direction so every layer outputs F features like the CNN
     encoders (as in the released code). Sequences are packed, so padding
     never leaks into the backward direction.
     """
+
+    layer_attribute = "lstms"
 
     def __init__(self, input_dim: int, config) -> None:
         """
@@ -111,19 +127,16 @@ class ContextualEncoder(nn.Module):
         self.lstms = nn.ModuleList(MaskedBiLSTM(dims[i], half) for i in range(config.num_layers))
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Every BiLSTM layer's outputs.
+    def layer_output(self, layer: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A BiLSTM layer's outputs at every position (its final states are not used).
 
         Args:
-            x: ``[B, L, E]`` embeddings.
+            layer: a :class:`MaskedBiLSTM`.
+            x: ``[B, L, E]`` its input.
             mask: ``[B, L]`` bool, True on real tokens.
 
         Returns:
-            N tensors ``[B, L, F]`` (zeros at padding).
+            ``[B, L, F]``.
         """
-        outputs = []
-        for lstm in self.lstms:
-            x, _ = lstm(x, mask)
-            x = self.dropout(x)
-            outputs.append(x)
+        outputs, _ = layer(x, mask)
         return outputs
