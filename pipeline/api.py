@@ -100,6 +100,23 @@ def as_docs(docs: Sequence[str | Mapping[str, Any]]) -> list[Doc]:
     return records
 
 
+def check_scorer(owner: str, reranker: Any, batch_size: int | None) -> None:
+    """Refuse what cannot re-rank: a ``reranker`` without ``score(query, docs)`` or a ``batch_size`` below 1.
+
+    Args:
+        owner: the class that takes them (named in the message).
+        reranker: the re-ranker.
+        batch_size: the scoring batch in (query, document) pairs, or ``None`` (the model's).
+
+    Raises:
+        ConfigError: either is wrong.
+    """
+    if not callable(getattr(reranker, "score", None)):
+        raise ConfigError(f"{owner} needs a re-ranker with score(query, docs), got {reranker!r}")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+
+
 class Reranker:
     """A loaded re-ranker that scores plain strings (see the module docstring).
 
@@ -109,10 +126,7 @@ class Reranker:
     """
 
     def __init__(self, model: Any, batch_size: int | None = None):
-        if not callable(getattr(model, "score", None)):
-            raise ConfigError(f"Reranker needs a re-ranker with score(query, docs), got {model!r}")
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+        check_scorer("Reranker", model, batch_size)
         self.model = model
         self.batch_size = batch_size
 

@@ -7,6 +7,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from .api import check_scorer
 from .core.datasets import Dataset
 from .core.errors import ConfigError, PipelineError
 from .core.records import Doc, Query, ScoredDoc
@@ -110,10 +111,7 @@ class _RerankerTransformer:
     bar while scoring (as pyterrier_t5 / pyterrier_dr's ``verbose``)."""
 
     def __init__(self, reranker: Any, text_field: str = "text", batch_size: int | None = None, verbose: bool = False):
-        if not callable(getattr(reranker, "score", None)):
-            raise ConfigError(f"RerankerTransformer needs a re-ranker with score(query, docs), got {reranker!r}")
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+        check_scorer("RerankerTransformer", reranker, batch_size)
         self.reranker = reranker
         self.text_field = text_field
         self.batch_size = batch_size
