@@ -91,6 +91,24 @@ class BM25Settings:
 
 
 
+def check_choice(what: str, value: Any, choices: Iterable[str]) -> None:
+    """Refuse an option value that is not one of its choices.
+
+    Args:
+        what: the option, as the message names it (``"pooling"``, ``"index type"``).
+        value: the value given.
+        choices: the values it may take.
+
+    Raises:
+        PipelineError: ``value`` is not among ``choices``; the message lists them.
+
+    Example:
+        >>> check_choice("fusion", "rrf", ("rrf", "interpolate"))
+    """
+    if value not in choices:
+        raise PipelineError(f"unknown {what} {value!r}; expected one of {', '.join(choices)}")
+
+
 def settings_options(settings: Any, options_class: type[OptionsT]) -> OptionsT:
     """The options of a first stage's ``settings``, checked to be of the first stage's own class.
 

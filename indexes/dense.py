@@ -46,7 +46,7 @@ from pipeline.core.filenames import safe_name
 from pipeline.core.progress import progress_switch
 from pipeline.core.records import Query, Run, ScoredDoc
 
-from .base import settings_options
+from .base import check_choice, settings_options
 from .dense_encoder import TextEncoder, encoder_identity, resolve_pooling, set_threads
 from .options import FirstStageOptions, FirstStageSettings
 
@@ -101,10 +101,8 @@ class DenseOptions(FirstStageOptions):
     progress: bool = dense_option(True, "progress bars while encoding", compare=False, cli=False)
 
     def __post_init__(self):
-        if self.pooling not in POOLINGS:
-            raise PipelineError(f"unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
-        if self.index_type not in INDEX_TYPES:
-            raise PipelineError(f"unknown index type {self.index_type!r}; expected one of {', '.join(INDEX_TYPES)}")
+        check_choice("pooling", self.pooling, POOLINGS)
+        check_choice("index type", self.index_type, INDEX_TYPES)
         for name in ("max_query_length", "max_doc_length", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search",
                      "ivf_nprobe", "batch_size", "shard_size"):
             if getattr(self, name) < 1:

@@ -33,7 +33,7 @@ from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Query, Run, ScoredDoc, minmax
 
-from .base import Retriever, settings_options
+from .base import Retriever, check_choice, settings_options
 from .dense import DenseOptions
 from .options import BM25Options, FirstStageOptions, FirstStageSettings
 
@@ -64,8 +64,7 @@ class HybridOptions:
     seed: int = hybrid_option(42, "seed of the folds")
 
     def __post_init__(self):
-        if self.fusion not in FUSIONS:
-            raise PipelineError(f"unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        check_choice("fusion", self.fusion, FUSIONS)
         for name in ("weight", "default_weight"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:

@@ -27,6 +27,7 @@ from pipeline.core.home import index_root as home_index_root
 from pipeline.core.locks import build_once
 from pipeline.core.filenames import safe_name
 
+from .base import check_choice
 from .jvm import anserini_class, is_java_exception, java_reason
 from .lucene_check import verify_index
 
@@ -56,8 +57,7 @@ class LuceneOptions:
     keep_stopwords: bool = False
 
     def __post_init__(self):
-        if self.stemmer not in STEMMERS:
-            raise PipelineError(f"unknown stemmer {self.stemmer!r}; expected one of {', '.join(STEMMERS)}")
+        check_choice("stemmer", self.stemmer, STEMMERS)
 
     def key(self) -> str:
         return f"{self.stemmer}-{'keepstop' if self.keep_stopwords else 'stop'}"

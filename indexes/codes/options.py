@@ -13,6 +13,8 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.core.home import index_root
 
+from ..base import check_choice
+
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +118,8 @@ class CodeOptions:
     progress: bool = code_option(True, "progress bars while encoding", cli=False, compare=False)
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise PipelineError(f"unknown code index kind {self.kind!r}; expected one of {', '.join(KINDS)}")
-        if self.hash_head not in HASH_HEADS:
-            raise PipelineError(f"unknown hash head {self.hash_head!r}; expected one of {', '.join(HASH_HEADS)}")
+        check_choice("code index kind", self.kind, KINDS)
+        check_choice("hash head", self.hash_head, HASH_HEADS)
         if self.hash_head != "mlp" and not self.binary:
             raise PipelineError(f"hash_head {self.hash_head!r} is for binary codes (kind 'codes'), not {self.kind!r}")
         if self.hash_seed is not None and self.hash_head != "lsh":
@@ -136,8 +136,7 @@ class CodeOptions:
         if self.float_dim <= 0 or self.hash_steps < 0:
             raise PipelineError(f"float_dim must be positive and hash_steps >= 0, got {self.float_dim} and "
                                 f"{self.hash_steps}")
-        if self.index_type not in INDEX_TYPES:
-            raise PipelineError(f"unknown index type {self.index_type!r}; expected one of {', '.join(INDEX_TYPES)}")
+        check_choice("index type", self.index_type, INDEX_TYPES)
         if self.dim <= 0 or (self.binary and self.dim % 8):
             raise PipelineError(f"dim must be positive{' and a multiple of 8 for binary codes' if self.binary else ''}, "
                                 f"got {self.dim}")
