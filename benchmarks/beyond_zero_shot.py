@@ -78,6 +78,7 @@ SAFE_FILES = {
     "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
     "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
     "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
+    "wikiqa/match-srnn.json": "wikiqa/match-srnn-safe.json",
 }
 
 #: why a row was not re-measured: its trained models are not cached on this machine, and retraining every

@@ -171,6 +171,9 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
                                       "microblog/2014-models-rest3.md", "wikiqa/match-srnn.json")),
     ("Bi-Match-SRNN", ALONE, _word_level("bi-match-srnn", "microblog/2013-models-rest.json",
                                          "microblog/2014-models-all.md", "wikiqa/match-srnn.json")),
+    # WikiQA's table run had no combined row: both rules from the re-measurement (the same scores)
+    ("Bi-Match-SRNN", TUNED, {"wikiqa": Source("wikiqa/match-srnn-safe.json", "bi-match-srnn+interp")}),
+    ("Bi-Match-SRNN", SAFE, {"wikiqa": Source("wikiqa/match-srnn-safe.json", "bi-match-srnn+safe")}),
     ("HCAN", ALONE, {"mb2013": Source("microblog/2013-hcan-full.json", "hcan-HCAN"),
                      "mb2014": Source("microblog/2014-hcan-headline.json", "hcan"),
                      **_models("dl/{year}-hcan.json", "hcan", ["dl19", "dl20"]),
