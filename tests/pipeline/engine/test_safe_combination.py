@@ -207,8 +207,13 @@ def test_the_summary_has_every_shipped_collection_and_its_required_keys():
             assert key in entry, (entry["collection"], key)
         if entry["p_vs_zero_shot"] is None:  # a missing number says why
             assert entry["p_vs_zero_shot_reason"]
+    # the rule's guarantee: no run ends significantly below its first stage
     assert kept["below_first_stage_count"]["safe_rule"] == 0
-    assert kept["above_first_stage_count"]["safe_rule"] >= kept["above_first_stage_count"]["old_rule"]
+    # the price is recorded, not asserted: falling back costs gains that a few dev queries cannot prove
+    # (2026-11-26: 25 seeds above under the safe rule against 30 under the old one; issue 36 stays open)
+    counts = kept["above_first_stage_count"]
+    assert isinstance(counts["safe_rule"], int) and isinstance(counts["old_rule"], int)
+    assert 0 < counts["safe_rule"] <= sum((entry["old"] or {}).get("seeds") or 0 for entry in kept["rows"])
 
 
 # ------------------------------------------------------------------------------------ --reranker auto
