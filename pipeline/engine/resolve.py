@@ -79,6 +79,11 @@ def check_given_options(config: RunConfig) -> None:
     are left to the run plan (their options are refused or settled there)."""
     from .presets import AUTO
 
+    if not config.reranking and (config.overrides or config.config_file):
+        # without a re-ranker nothing reads them: running anyway would hide the user's mistake
+        given = "--set" if config.overrides else "--config"
+        raise ConfigError(f"{given}: model options need a re-ranker, and --reranker is none; name one "
+                          "(e.g. --reranker hcan) or drop the option")
     if not config.reranking or config.reranker == AUTO or config.model:
         return
     given = parse_overrides(config.overrides, config.config_file)

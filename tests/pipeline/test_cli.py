@@ -288,3 +288,23 @@ def test_a_bad_model_option_is_refused_before_any_dataset_is_read(monkeypatch):
         run.run_pipeline(run.parse_config(["--reranker", "knrm", "--set", "epochz=3"]))
     with pytest.raises(AssertionError, match="dataset was read"):  # good options go on to read the dataset
         run.run_pipeline(run.parse_config(["--reranker", "knrm", "--set", "epochs=3"]))
+
+
+def test_model_options_without_a_re_ranker_are_refused_not_ignored(monkeypatch, tmp_path):
+    """``--set`` / ``--config`` with ``--reranker none`` (the default) used to run the first stage and drop
+    the options silently; they are refused before any dataset is read."""
+    from pipeline import run
+    from pipeline.core.errors import ConfigError
+
+    def no_dataset(*args, **kwargs):
+        raise AssertionError("the dataset was read before the options were checked")
+
+    monkeypatch.setattr(run, "load_dataset", no_dataset)
+    with pytest.raises(ConfigError, match="--set: model options need a re-ranker, and --reranker is none"):
+        run.run_pipeline(run.parse_config(["--set", "epochs=3"]))
+    options = tmp_path / "options.json"
+    options.write_text('{"epochs": 3}', encoding="utf-8")
+    with pytest.raises(ConfigError, match="--config: model options need a re-ranker"):
+        run.run_pipeline(run.parse_config(["--reranker", "none", "--config", str(options)]))
+    with pytest.raises(AssertionError, match="dataset was read"):  # no options: the first stage alone runs
+        run.run_pipeline(run.parse_config([]))
