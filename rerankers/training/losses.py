@@ -78,11 +78,9 @@ def in_batch_loss(scores, units: Sequence):
     for query, unit_docs, labels in units:
         positives.setdefault(query.query_id, set()).update(
             doc.doc_id for doc, label in zip(unit_docs, labels) if label > 0)
-    mask = torch.zeros_like(grouped, dtype=torch.bool)
-    for row, (query, _, _) in enumerate(units):
-        relevant = positives[query.query_id]
-        for column, doc in enumerate(docs):
-            if column != offsets[row] and doc.doc_id in relevant:
-                mask[row, column] = True
+    # built from the ids in Python once, then moved as one tensor: no per-cell tensor writes
+    mask = torch.tensor([[column != offsets[row] and doc.doc_id in positives[query.query_id]
+                          for column, doc in enumerate(docs)] for row, (query, _, _) in enumerate(units)],
+                        dtype=torch.bool, device=grouped.device)
     target = torch.tensor(offsets, dtype=torch.long, device=scores.device)
-    return F.cross_entropy(grouped.masked_fill(mask.to(grouped.device), float("-inf")), target)
+    return F.cross_entropy(grouped.masked_fill(mask, float("-inf")), target)
