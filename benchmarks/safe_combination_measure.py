@@ -83,6 +83,10 @@ def measure(args: argparse.Namespace) -> dict:
         for fold in plan.folds:
             test = scored(fold, fold.test)
             alone.update(test)
+            # every grid weight's per-query main metric on the test queries: any rule that picks a grid weight
+            # per fold can be replayed from the file (benchmarks/safe_rule_replay.py) without re-scoring
+            grid_values = fusion.per_query_values({q: first[q] for q in fold.test}, test, dataset.qrels,
+                                                  plan.main_metric)
             dev = scored(fold, fold.dev)
             old, _ = fusion.tune_weight({q: first[q] for q in fold.dev}, dev, dataset.qrels, plan.main_metric)
             tuning = fusion.tuning_queries(fold, given)
@@ -92,7 +96,9 @@ def measure(args: argparse.Namespace) -> dict:
                      "old_weight": old, "safe": {"weight": safe.weight, "tuned": safe.tuned,
                                                  "tuning_queries": safe.queries,
                                                  "held_out_gain": round(safe.held_out_gain, 6),
-                                                 "p_one_sided": safe.p_value}}
+                                                 "p_one_sided": safe.p_value},
+                     "test_values": {str(w): {q: round(v, 6) for q, v in per_q.items()}
+                                     for w, per_q in grid_values.items()}}
             choice = {"old": old, "safe": safe.weight}
             if given:
                 on_dev = fusion.choose_weight({q: first[q] for q in fold.dev}, dev, dataset.qrels, plan.main_metric)
