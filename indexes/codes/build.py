@@ -136,7 +136,9 @@ def _ivf_blocks(shard_files: list[Path], options: CodeOptions, shards: Path, mai
         ivf_index._write(index, options.binary, trained)
     lists = distributed.broadcast(lists)
     firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    mine = [number for number in range(len(shard_files)) if number % world == rank]
+    # a run of consecutive shards per rank: the blocks, merged in file-name order (rank, then block), hold the
+    # rows in increasing order, as the re-scoring's search of a row in its inverted list needs (ivf.merge)
+    mine = np.array_split(np.arange(len(shard_files)), world)[rank].tolist()
     ivf_index.add_blocks(trained, [shard_files[n] for n in mine], [int(firsts[n]) for n in mine], options.binary,
                          folder, prefix=f"rank{rank:03d}")
     distributed.barrier()  # every rank's blocks are written

@@ -19,7 +19,7 @@ from pipeline.core.filenames import safe_name
 from . import ivf as ivf_index
 from .options import (
     CodeOptions, DOC_ID_BYTES_FILE, DOC_ID_OFFSETS_FILE, DOC_IDS_FILE, DOC_OFFSETS_FILE, ENCODER_FILE, FAISS_FILE,
-    INDEX_FORMAT, META_FILE, TOKEN_DOCS_FILE, _digest, code_index_root,
+    META_FILE, READ_FORMATS, TOKEN_DOCS_FILE, _digest, code_index_root,
 )
 from .training import TrainingSource
 
@@ -79,11 +79,13 @@ def storage_bytes(path: Path) -> int:
 
 
 def check_format(path: Path, meta: dict) -> int:
-    """The layout version of the index at ``path`` (1 or :data:`INDEX_FORMAT`); an index written by a newer
-    version of this code is refused with a message to rebuild it."""
+    """The layout version of the index at ``path`` (one of :data:`READ_FORMATS`, the newest
+    :data:`INDEX_FORMAT`); an index written by a newer version of this code is refused with a message to
+    rebuild it."""
     version = int(meta.get("format", 1))
-    if version not in (1, INDEX_FORMAT):
-        raise PipelineError(f"{path}: code index format {version}, this version reads formats 1 and {INDEX_FORMAT}; "
+    if version not in READ_FORMATS:
+        raise PipelineError(f"{path}: code index format {version}, this version reads formats "
+                            f"{', '.join(map(str, READ_FORMATS))}; "
                             f"rebuild it with python -m pipeline.index --force (same options)")
     return version
 

@@ -4,15 +4,31 @@ collections whose token vectors do not fit a flat index in memory (MS MARCO pass
 Built from the encoded shards without holding them all: the coarse quantizer is trained (k-means, on the
 GPU when faiss sees one) on a seeded sample of the shards' vectors (:data:`TRAIN_PER_LIST` per list, at most
 :data:`MAX_TRAIN` vectors; the default number of lists is ``4 sqrt(vectors)``, at most 32,768), each shard is added to its own copy of the trained index (a block of inverted
-lists; under torchrun each rank adds its own shards), and faiss merges the blocks' lists on disk into
+lists; under torchrun each rank adds its own run of consecutive shards), and faiss merges the blocks' lists on disk into
 :data:`DATA_FILE` (``OnDiskInvertedLists.merge_from_multiple``, what ``faiss.contrib.ondisk.merge_ondisk``
-does for float indexes). The lists are the only copy of the vectors (format 2): the exact MaxSim of the
-candidates reads a document's vectors out of them, through :data:`RANKS_FILE` (each vector's position in
-list order, uint32) and :data:`LISTS_FILE` (each list's byte offset in :data:`DATA_FILE`). Per 512-bit code:
-64 bytes of code, 8 of faiss id (the vector's row number) and 4 of position: 76 bytes (format 1 stored
-the codes a second time in ``vectors.npy``: 136). At search time the lists are memory-mapped (faiss's
-on-disk lists): only the probed lists and the candidates' vectors are read. ``nprobe`` lists are visited per
-query token: recall against the flat index grows with it (``benchmarks/code_index_scaling.py``, SCALING.md).
+does for float indexes). The lists are the only copy of the vectors: the exact MaxSim of the candidates
+reads a document's vectors out of them. faiss lays a merged list out as its codes, then its ids (int64, the
+vectors' row numbers), ``capacity`` entries each (capacity = size after a merge); :data:`LISTS_FILE` records
+each list's byte offset, size and capacity.
+
+Finding a row in the lists (format 3): the merge keeps every list's ids in increasing row order (rows are
+added in row order, the blocks are merged in row order, and a list found out of order is sorted), so a row's
+position in its list is a binary search of the row among the list's ids, memory-mapped, given the row's list
+number: :data:`ASSIGN_FILE`, uint16 while there are at most 65,536 lists (uint8 up to 256, uint32 beyond).
+The lookup is vectorised over all the rows asked for at once (one gather of ids per halving step,
+``ceil(log2(longest list))`` steps). Format 2 stored each row's position in list order instead
+(:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
+
+Bytes per 512-bit code: 64 of code and 8 of faiss id (faiss stores an int64 id per entry; the lists alone
+cannot be smaller than 72), plus what the re-scoring needs to find a candidate document's rows in the lists:
+each row's list, ``log2(lists)`` bits at least (11 bits for 2,000 lists, 15 for 32,768), stored as 2 bytes:
+74 bytes (format 2: 76; format 1 stored the codes a second time in ``vectors.npy``: 136). Packing the list
+numbers into ``ceil(log2(lists))`` bits would save 0.4-0.6 byte more; reaching 72 would need faiss lists without
+per-entry ids. The index also stores per document its offset and its id (about 1 byte per vector on the
+shipped collections, 29 vectors per document): measured totals in SCALING.md. At search time the lists are
+memory-mapped (faiss's on-disk lists): only the probed lists and the candidates' vectors are read. ``nprobe``
+lists are visited per query token: recall against the flat index grows with it
+(``benchmarks/code_index_scaling.py``, SCALING.md).
 """
 from __future__ import annotations
 
@@ -37,12 +53,17 @@ log = logging.getLogger(__name__)
 VECTORS_FILE = "vectors.npy"
 #: format 2: the merged inverted lists (codes and faiss ids), memory-mapped by faiss and by the re-scoring
 DATA_FILE = "ivf.data"
-#: format 2: each stored vector's position in list order (uint32; int64 beyond 2^32 vectors)
+#: format 2 only: each stored vector's position in list order (uint32; int64 beyond 2^32 vectors)
 RANKS_FILE = "ivf_ranks.npy"
-#: format 2: ``[lists, 2]`` int64: each inverted list's byte offset in :data:`DATA_FILE` and its length
+#: format 3: each stored vector's inverted list (:func:`list_dtype`: uint16 up to 65,536 lists)
+ASSIGN_FILE = "ivf_assign.npy"
+#: each inverted list's byte offset in :data:`DATA_FILE`, its length and (format 3) its capacity: int64
+#: ``[lists, 3]`` (format 2: ``[lists, 2]``, capacity = length)
 LISTS_FILE = "ivf_lists.npy"
+#: the files of an IVF index besides the faiss index file (format 3)
+FILES = (DATA_FILE, ASSIGN_FILE, LISTS_FILE)
 #: the files of a format-2 IVF index besides the faiss index file
-FILES = (DATA_FILE, RANKS_FILE, LISTS_FILE)
+FORMAT_2_FILES = (DATA_FILE, RANKS_FILE, LISTS_FILE)
 #: the trained, empty index the blocks are copies of (beside the blocks while building)
 TRAINED_FILE = "trained.index"
 #: vectors per block of inverted lists before it is written and a new one started (each is held in memory)
@@ -59,6 +80,14 @@ def list_count(total: int, requested: int = 0) -> int:
     sample can support (``min(total, MAX_TRAIN) / TRAIN_PER_LIST``) and at least 1."""
     count = requested or int(4 * math.sqrt(total))
     return max(1, min(count, min(total, MAX_TRAIN) // TRAIN_PER_LIST or 1))
+
+
+def list_dtype(lists: int) -> np.dtype:
+    """The smallest unsigned integer type that numbers ``lists`` inverted lists (:data:`ASSIGN_FILE`)."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if lists <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
 def new_ivf_index(options: CodeOptions, lists: int):
@@ -172,8 +201,10 @@ def add_blocks(trained_file: Path, shards: Sequence[Path], first_rows: Sequence[
 
 def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder: Path, index_file: str) -> int:
     """Merge the blocks' inverted lists on disk into ``folder / DATA_FILE`` (faiss ``OnDiskInvertedLists``,
-    as ``faiss.contrib.ondisk.merge_ondisk``), write the index to ``folder / index_file`` and the positions
-    (:data:`RANKS_FILE`, :data:`LISTS_FILE`); returns the number of vectors."""
+    as ``faiss.contrib.ondisk.merge_ondisk``), in the order of ``block_files``, keep every list's ids in
+    increasing order (a list the blocks left out of order is sorted in place), write the index to
+    ``folder / index_file``, each row's list (:data:`ASSIGN_FILE`) and the lists' places
+    (:data:`LISTS_FILE`); returns the number of vectors."""
     import faiss
 
     index = _read(trained_file, binary)
@@ -186,25 +217,37 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
         merged = faiss.OnDiskInvertedLists(index.nlist, index.code_size, str(folder / DATA_FILE))
         total = merged.merge_from_multiple(lists.data(), lists.size(), False)
     del lists, blocks  # the blocks (and their memory maps) are released here: their lists were copied out
+    table = np.zeros((index.nlist, 3), dtype=np.int64)
+    for number in range(index.nlist):
+        one = merged.lists.at(number)
+        table[number] = one.offset, one.size, one.capacity
+    assign = np.lib.format.open_memmap(folder / ASSIGN_FILE, mode="w+", shape=(total,),
+                                       dtype=list_dtype(index.nlist))
+    sorted_lists = 0
+    for number in range(index.nlist):
+        size = int(table[number, 1])
+        if not size:
+            continue
+        ids = faiss.rev_swig_ptr(merged.get_ids(number), size).copy()
+        if size > 1 and not np.all(ids[1:] > ids[:-1]):
+            # blocks merged out of row order (e.g. ranks given interleaved shards): the re-scoring's binary
+            # search needs each list in row order, so the list's entries are reordered in place
+            order = np.argsort(ids, kind="stable")
+            codes = faiss.rev_swig_ptr(merged.get_codes(number), size * index.code_size).copy()
+            codes = np.ascontiguousarray(codes.reshape(size, index.code_size)[order])
+            ids = np.ascontiguousarray(ids[order])
+            merged.update_entries(number, 0, size, faiss.swig_ptr(ids), faiss.swig_ptr(codes))
+            sorted_lists += 1
+        assign[ids] = number
+    assign.flush()
+    del assign
+    if sorted_lists:
+        log.info("merge: %d of %d inverted lists were out of row order and were sorted", sorted_lists, index.nlist)
     index.ntotal = total
     index.replace_invlists(merged, True)
     merged.this.disown()
     _write(index, binary, folder / index_file)
-    table = np.zeros((index.nlist, 2), dtype=np.int64)
-    for number in range(index.nlist):
-        one = merged.lists.at(number)
-        table[number] = one.offset, one.size
     np.save(folder / LISTS_FILE, table)
-    starts = np.concatenate([[0], np.cumsum(table[:, 1])])
-    ranks = np.lib.format.open_memmap(folder / RANKS_FILE, mode="w+", shape=(total,),
-                                      dtype=np.uint32 if total < 2 ** 32 else np.int64)
-    for number in range(index.nlist):
-        offset, size = table[number]
-        if size:
-            ids = faiss.rev_swig_ptr(merged.get_ids(number), int(size)).copy()
-            ranks[ids] = np.arange(starts[number], starts[number] + size, dtype=ranks.dtype)
-    ranks.flush()
-    del ranks
     return int(total)
 
 
@@ -235,35 +278,92 @@ def assemble(shards: Sequence[Path], counts: Sequence[int], options: CodeOptions
 
 
 class ListVectors:
-    """The stored vectors of a format-2 IVF index, read by row number out of its memory-mapped inverted
-    lists (``vectors[rows]`` -> ``[len(rows), width]``, like the flat index's array)."""
+    """The stored vectors of a format-2 or format-3 IVF index, read by row number out of its memory-mapped
+    inverted lists (``vectors[rows]`` -> ``[len(rows), width]``, like the flat index's array).
+
+    Format 3 finds a row through its list number (:data:`ASSIGN_FILE`) and a binary search of the row among
+    that list's ids (increasing, see :func:`merge`), all rows at once; format 2 through its position in list
+    order (:data:`RANKS_FILE`). Both give the same vectors.
+
+    Example:
+        >>> vectors = ListVectors(index_dir, binary=True, dim=512)  # doctest: +SKIP
+        >>> vectors[np.arange(10, 20)].shape  # doctest: +SKIP
+        (10, 64)
+    """
 
     def __init__(self, folder: Path, binary: bool, dim: int):
+        folder = Path(folder)
+        self.folder = folder
         self.width = dim // 8 if binary else dim
         self.dtype = np.dtype(np.uint8 if binary else np.float32)
         self.code_size = self.width * self.dtype.itemsize
         self.data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
-        self._rows = np.lib.stride_tricks.sliding_window_view(self.data, self.code_size) if len(self.data) \
-            else np.zeros((0, self.code_size), dtype=np.uint8)
-        self.ranks = np.load(folder / RANKS_FILE, mmap_mode="r")
+        self._rows = self._windows(self.code_size)
+        # an id is 8 bytes at any byte offset (a code size that is not a multiple of 8 leaves them unaligned)
+        self._ids = self._windows(8)
         table = np.load(folder / LISTS_FILE)
         self.list_offsets = table[:, 0]
-        self.list_starts = np.concatenate([[0], np.cumsum(table[:, 1])])
+        self.list_sizes = table[:, 1]
+        capacities = table[:, 2] if table.shape[1] > 2 else table[:, 1]
+        self.id_offsets = self.list_offsets + capacities * self.code_size
+        if (folder / RANKS_FILE).is_file():  # format 2
+            self.ranks, self.assign = np.load(folder / RANKS_FILE, mmap_mode="r"), None
+            self.list_starts = np.concatenate([[0], np.cumsum(self.list_sizes)])
+        else:
+            self.ranks, self.assign = None, np.load(folder / ASSIGN_FILE, mmap_mode="r")
+
+    def _windows(self, width: int) -> np.ndarray:
+        """Row ``i``: the ``width`` bytes of :data:`DATA_FILE` from byte ``i`` (one gather per row, not per byte)."""
+        if len(self.data) >= width:
+            return np.lib.stride_tricks.sliding_window_view(self.data, width)
+        return np.zeros((0, width), dtype=np.uint8)
 
     def __len__(self) -> int:
-        return len(self.ranks)
+        return len(self.ranks if self.assign is None else self.assign)
 
     @property
     def shape(self) -> tuple[int, int]:
         return len(self), self.width
 
+    def _ids_at(self, lists: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The faiss ids at ``positions`` of the inverted lists ``lists``."""
+        return self._ids[self.id_offsets[lists] + positions * 8].view(np.int64).reshape(len(lists))
+
+    def _positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(list, position in the list)`` of each of ``rows`` (flat int64)."""
+        if self.assign is None:
+            ranks = np.asarray(self.ranks[rows], dtype=np.int64)
+            lists = np.searchsorted(self.list_starts, ranks, side="right") - 1
+            return lists, ranks - self.list_starts[lists]
+        lists = np.asarray(self.assign[rows], dtype=np.int64)
+        sizes = self.list_sizes[lists]
+        # branchless lower bound, every row at once: the answer lies in [base, base + remaining)
+        base, remaining = np.zeros(len(rows), dtype=np.int64), sizes.copy()
+        while len(rows) and remaining.max() > 1:
+            half = remaining // 2
+            probe = base + half
+            base = np.where(self._ids_at(lists, probe) < rows, probe, base)
+            remaining -= half
+        if len(rows):
+            last = np.maximum(sizes - 1, 0)
+            base += (self._ids_at(lists, np.minimum(base, last)) < rows) & (base < sizes)
+            found = (base < sizes) & (self._ids_at(lists, np.minimum(base, last)) == rows)
+            if not found.all():
+                row = int(rows[~found][0])
+                raise PipelineError(f"{self.folder / DATA_FILE}: row {row} is not in inverted list "
+                                    f"{int(lists[~found][0])} ({ASSIGN_FILE} says it is): a damaged index, "
+                                    "rebuild it with python -m pipeline.index --force (same options)")
+        return lists, base
+
     def __getitem__(self, rows) -> np.ndarray:
         rows = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
-        ranks = np.asarray(self.ranks[rows], dtype=np.int64)
-        lists = np.searchsorted(self.list_starts, ranks, side="right") - 1
-        starts = self.list_offsets[lists] + (ranks - self.list_starts[lists]) * self.code_size
-        # one row gather on a window view (row i: bytes i .. i + code_size) instead of a byte index per byte
-        raw = self._rows[starts.ravel()]
+        flat = rows.astype(np.int64).ravel()
+        if len(flat) and (flat.min() < -len(self) or flat.max() >= len(self)):
+            raise IndexError(f"row out of range ({len(self)} stored vectors)")
+        flat = np.where(flat < 0, flat + len(self), flat)
+        lists, positions = self._positions(flat)
+        starts = self.list_offsets[lists] + positions * self.code_size
+        raw = self._rows[starts]
         return raw.view(self.dtype).reshape(*rows.shape, self.width)
 
     def __array__(self, dtype=None, copy=None):
@@ -288,3 +388,34 @@ def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: b
     index.nprobe = max(1, min(nprobe, index.nlist))
     vectors = np.load(folder / VECTORS_FILE, mmap_mode="r" if mmap else None)
     return index, vectors
+
+
+
+def write_format_2(folder: Path, target: Path, code_size: int) -> None:
+    """A format-2 layout of the format-3 IVF index in ``folder`` (codes of ``code_size`` bytes) at ``target``:
+    the same faiss index and lists (hard links where the file system allows), each row's position in list
+    order (:data:`RANKS_FILE`) instead of its list number, the lists' table without capacities. For comparing
+    the two layouts on the same lists (tests, ``benchmarks/code_ivf_storage.py``)."""
+    folder, target = Path(folder), Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for source in folder.iterdir():
+        if source.is_file() and source.name not in (ASSIGN_FILE, LISTS_FILE):
+            try:
+                os.link(source, target / source.name)
+            except OSError:
+                shutil.copyfile(source, target / source.name)
+    table = np.load(folder / LISTS_FILE)
+    data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
+    total = int(table[:, 1].sum())
+    ranks = np.lib.format.open_memmap(target / RANKS_FILE, mode="w+", shape=(total,),
+                                      dtype=np.uint32 if total < 2 ** 32 else np.int64)
+    start = 0
+    for offset, size, capacity in table:
+        if size:
+            first = offset + capacity * code_size
+            ids = np.frombuffer(data[first: first + 8 * size].tobytes(), dtype=np.int64)
+            ranks[ids] = np.arange(start, start + size, dtype=ranks.dtype)
+        start += size
+    ranks.flush()
+    del ranks
+    np.save(target / LISTS_FILE, table[:, :2])

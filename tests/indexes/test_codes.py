@@ -1009,15 +1009,15 @@ def test_an_ivf_index_probing_every_list_finds_what_the_flat_index_finds(built, 
     flat = CodeRetriever(built[kind]).search(queries, 5)
     probed_all = CodeRetriever(path, nprobe=4)
     assert isinstance(probed_all.vectors.data, np.memmap)                # read from the lists on disk, not loaded
-    assert isinstance(probed_all.vectors.ranks, np.memmap)
+    assert isinstance(probed_all.vectors.assign, np.memmap)
     flat_retriever = CodeRetriever(built[kind])  # kept: its vectors are a view into its faiss index
     assert np.array_equal(np.asarray(probed_all.vectors), flat_retriever.vectors)
     rows = np.array([5, 0, 383, 17])
     assert np.array_equal(probed_all.vectors[rows], flat_retriever.vectors[rows])
-    # each vector stored once: the lists hold its code and its faiss id (8 bytes), the ranks 4 bytes more
+    # each vector stored once: the lists hold its code and its faiss id (8 bytes), its list number 1 byte more
     width = 16 // 8 if kind == "codes" else 16 * 4
     assert (path / ivf.DATA_FILE).stat().st_size == meta["vectors"] * (width + 8)
-    assert np.load(path / ivf.RANKS_FILE).dtype == np.uint32
+    assert np.load(path / ivf.ASSIGN_FILE).dtype == ivf.list_dtype(4) == np.uint8  # one list number per vector
     assert probed_all.index_bytes == meta["index_bytes"] == sum((path / n).stat().st_size
                                                                 for n in (codes.FAISS_FILE, ivf.DATA_FILE))
     for query_id, hits in flat.items():
