@@ -391,19 +391,29 @@ def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: b
 
 
 
+
 def write_format_2(folder: Path, target: Path, code_size: int) -> None:
-    """A format-2 layout of the format-3 IVF index in ``folder`` (codes of ``code_size`` bytes) at ``target``:
-    the same faiss index and lists (hard links where the file system allows), each row's position in list
-    order (:data:`RANKS_FILE`) instead of its list number, the lists' table without capacities. For comparing
-    the two layouts on the same lists (tests, ``benchmarks/code_ivf_storage.py``)."""
+    """A format-2 copy of the format-3 IVF index in ``folder`` (codes of ``code_size`` bytes) at ``target``:
+    the same faiss index, lists, document files and encoder (hard links where the file system allows), each
+    row's position in list order (:data:`RANKS_FILE`) instead of its list number, the lists' table without
+    capacities, and its own metadata (format 2). For comparing the two layouts on the same lists (tests,
+    ``benchmarks/code_ivf_storage.py``)."""
+    import json
+
+    from pipeline.core.atomic import write_text
+    from pipeline.core.filecheck import describe
+
+    from .options import ENCODER_FILE, META_FILE
+
     folder, target = Path(folder), Path(target)
     target.mkdir(parents=True, exist_ok=True)
-    for source in folder.iterdir():
-        if source.is_file() and source.name not in (ASSIGN_FILE, LISTS_FILE):
-            try:
-                os.link(source, target / source.name)
-            except OSError:
-                shutil.copyfile(source, target / source.name)
+    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    names = [name for name in meta["files"] if name not in (ASSIGN_FILE, LISTS_FILE)]
+    for name in (*names, ENCODER_FILE):
+        try:
+            os.link(folder / name, target / name)
+        except OSError:
+            shutil.copyfile(folder / name, target / name)
     table = np.load(folder / LISTS_FILE)
     data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
     total = int(table[:, 1].sum())
@@ -419,3 +429,5 @@ def write_format_2(folder: Path, target: Path, code_size: int) -> None:
     ranks.flush()
     del ranks
     np.save(target / LISTS_FILE, table[:, :2])
+    meta.update(format=2, files=describe(target, (*names, RANKS_FILE, LISTS_FILE)))
+    write_text(target / META_FILE, json.dumps(meta, indent=1))  # written last: the copy is complete

@@ -494,7 +494,7 @@ def test_format_1_indexes_are_still_read_and_newer_formats_refused(built, datase
     assert codes.storage_bytes(old) == sum((old / name).stat().st_size for name in codes.directory.FORMAT_1_FILES)
     meta["format"] = 99
     (old / codes.META_FILE).write_text(json.dumps(meta))
-    with pytest.raises(PipelineError, match="format 99, this version reads formats 1 and 2; rebuild"):
+    with pytest.raises(PipelineError, match="format 99, this version reads formats 1, 2, 3; rebuild"):
         CodeRetriever(old)
 
 
