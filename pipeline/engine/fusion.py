@@ -225,8 +225,40 @@ def choose_weight(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str 
     gains = held_out_gains(values)
     mean = sum(gains.values()) / len(gains)
     p = one_sided_p(list(gains.values()))
-    proven = len(gains) >= MIN_TUNING_QUERIES and mean > 0 and p < level
-    return WeightChoice(tuned if proven else 1.0, tuned, len(gains), mean, p)
+    return decide_weight(tuned, len(gains), mean, p, grid, level)
+
+
+def t_from_one_sided_p(p_value: float, queries: int) -> float:
+    """The t statistic (``queries - 1`` degrees of freedom) whose one-sided p-value is ``p_value``."""
+    from scipy import stats
+
+    if queries < 2:
+        return 0.0
+    return float(stats.t.isf(p_value, queries - 1))
+
+
+def decide_weight(tuned: float, queries: int, held_out_gain: float, p_value: float,
+                  grid: Sequence[float] = DEFAULT_GRID, level: float = SAFE_LEVEL) -> WeightChoice:
+    """The weight :func:`choose_weight` applies, from tuning's evidence alone (``benchmarks/safe_rule_replay.py``
+    replays recorded measurements with it).
+
+    Args:
+        tuned: the weight with the best mean over the tuning queries.
+        queries: judged tuning queries.
+        held_out_gain: mean leave-one-out gain of tuning over the first stage.
+        p_value: its one-sided p-value.
+        grid: the weights tried (must hold 1.0).
+        level: the one-sided level the gain must clear to keep ``tuned``.
+
+    Returns:
+        The choice, saying whether ``tuned`` was kept or the first stage taken.
+
+    Example:
+        >>> decide_weight(0.4, 30, 0.02, 0.01).weight
+        0.4
+    """
+    proven = queries >= MIN_TUNING_QUERIES and held_out_gain > 0 and p_value < level
+    return WeightChoice(tuned if proven else 1.0, tuned, queries, held_out_gain, p_value)
 
 
 def tuning_queries(fold, given_model: bool = False) -> list[str]:
