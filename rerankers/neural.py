@@ -42,7 +42,6 @@ from infra.checkpoints import load_checkpoint, project_version, save_checkpoint
 from .lru import LRUCache
 from .torch_base import TorchReranker
 from .training.config import TrainConfig
-from .training.loop import Trainer
 from .word_inputs import PreparedVocabulary, TextConfig
 
 #: documents whose tokens a word-level re-ranker keeps (a collection of abstracts fits; MS MARCO does not)
@@ -236,25 +235,6 @@ class WordReranker(PreparedVocabulary, TorchReranker):
         """
         device = self.device or next(self.module.parameters()).device
         return self.module(**{k: v.to(device) for k, v in batch.items()})
-
-    # -- protocol ----------------------------------------------------------------------------------
-    def fit(self, train, dev=None, state_path=None):
-        """Train with :class:`rerankers.training.loop.Trainer` (call :meth:`prepare` first).
-
-        Args:
-            train: the training set (queries, candidates, judgments).
-            dev: the dev set for early stopping (``None``: train every epoch).
-            state_path: where the per-epoch training state is kept so that an interrupted fit resumes.
-
-        Returns:
-            The training report (losses and dev scores per epoch).
-
-        Raises:
-            PipelineError: :meth:`prepare` was not called.
-        """
-        if self.module is None:
-            raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
-        return Trainer(self, self.train_config, self.seed).fit(train, dev, state_path)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self, path) -> None:

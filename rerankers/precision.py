@@ -133,6 +133,12 @@ class ScoringPrecision:
         """The context scoring runs in: :meth:`_bf16_context` after :meth:`score_in_bf16`, else nothing."""
         return self._bf16_context() if self.bf16 else contextlib.nullcontext()
 
+    def _require_float(self, action: str) -> None:
+        """Refuse ``action`` (train, save, export) on an int8-quantized model, which can only score."""
+        if self.quantized:
+            raise PipelineError(f"{self.name}: cannot {action} an int8-quantized model (it is for scoring "
+                                f"only); use the float model")
+
     def _bf16_context(self):
         """How this model scores in bfloat16: autocast around the float32 module, its score heads kept
         float32 (word-level models, whose LSTMs take only their projections in bfloat16; transformers
@@ -222,9 +228,3 @@ class TransformerPrecision(ScoringPrecision):
         self.quantized = True
         self.clear_cache()  # cached encoder outputs came from the float weights
         return self
-
-    def _require_float(self, action: str) -> None:
-        """Refuse ``action`` (train, save, export) on an int8-quantized model, which can only score."""
-        if self.quantized:
-            raise PipelineError(f"{self.name}: cannot {action} an int8-quantized model (it is for scoring "
-                                f"only); use the float model")

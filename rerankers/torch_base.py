@@ -1,5 +1,5 @@
 """What every torch re-ranker shares, word-level (:mod:`rerankers.neural`) and transformer
-(:mod:`rerankers.transformer_base`): options, batched scoring and its precision."""
+(:mod:`rerankers.transformer_base`): options, training, batched scoring and its precision."""
 from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping, Sequence
@@ -11,20 +11,25 @@ from pipeline.core.runtime import set_threads
 
 from .precision import ScoringPrecision
 from .training.config import TrainConfig
+from .training.loop import Trainer
 
 __all__ = ["TorchReranker"]
 
 
 class TorchReranker(ScoringPrecision):
     """What every torch re-ranker shares (word-level and transformer): ``--set`` options applied to its
-    config dataclasses, batched, length-sorted scoring without gradients, and the scoring precision
-    (:class:`~rerankers.precision.ScoringPrecision`: float32, or bfloat16 after ``score_in_bf16``).
+    config dataclasses, ``fit`` with the project's Trainer, batched, length-sorted scoring without gradients,
+    and the scoring precision (:class:`~rerankers.precision.ScoringPrecision`: float32, or bfloat16 after
+    ``score_in_bf16``).
 
     A subclass provides ``option_configs()``, ``pair_length``, ``encode``, ``forward`` and ``module``
-    (and may override ``before_scoring`` to prepare a scoring call's documents and queries in one go).
+    (and may override ``before_scoring`` to prepare a scoring call's documents and queries in one go, and
+    ``trainer_class`` to train with a subclass of the Trainer).
     """
 
     name: ClassVar[str] = "torch"
+    #: what :meth:`fit` trains with (a transformer's adds its auxiliary losses)
+    trainer_class: ClassVar[type] = Trainer
 
     def option_configs(self) -> list:
         """The config dataclasses ``--set``/``--config`` options apply to.
@@ -82,6 +87,30 @@ class TorchReranker(ScoringPrecision):
 
     def clear_cache(self) -> None:
         """Forget cached model outputs (after the weights or the arithmetic change; default: nothing cached)."""
+
+    def fit(self, train, dev=None, state_path=None):
+        """Train with :attr:`trainer_class` (the project's :class:`~rerankers.training.loop.Trainer`); call
+        ``prepare`` first.
+
+        Args:
+            train: the training set (queries, candidates, judgments).
+            dev: the dev set for early stopping (``None``: train every epoch).
+            state_path: where the per-epoch training state is kept so that an interrupted fit resumes.
+
+        Returns:
+            The training report (losses and dev scores per epoch).
+
+        Raises:
+            PipelineError: ``prepare`` was not called, or the model is int8-quantized (scoring only).
+        """
+        if self.module is None:
+            raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
+        self._require_float("train")
+        self.clear_cache()
+        try:
+            return self.trainer_class(self, self.train_config, self.seed).fit(train, dev, state_path)
+        finally:
+            self.clear_cache()  # the Trainer restores the best epoch's weights: cached outputs are stale
 
     def score(self, query: Query, docs: Sequence[Doc], batch_size: int | None = None) -> list[float]:
         """Scores of ``docs`` for ``query``: the one-query case of :meth:`score_many`.

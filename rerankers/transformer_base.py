@@ -77,6 +77,8 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, CachedWordPiec
         "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0,
         "batch_size": 32, "epochs": 5, "patience": 2, "score_batch_size": 64,
     }
+    #: ``fit`` adds :meth:`auxiliary_loss` to the Trainer's loss
+    trainer_class: ClassVar[type] = AuxiliaryLossTrainer
 
     def __init__(self, model_config=None, encoder_config: EncoderConfig | None = None, train_config=None,
                  seed: int = 42):
@@ -259,29 +261,6 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, CachedWordPiec
         """
         self.doc_ids(docs)
         self.query_ids(queries)
-
-    def fit(self, train, dev=None, state_path=None):
-        """Fine-tune with the project's Trainer (plus :meth:`auxiliary_loss`); call :meth:`prepare` first.
-
-        Args:
-            train: the training set (queries, candidates, judgments).
-            dev: the dev set for early stopping (``None``: train every epoch).
-            state_path: where the per-epoch training state is kept so that an interrupted fit resumes.
-
-        Returns:
-            The training report (losses and dev scores per epoch).
-
-        Raises:
-            PipelineError: :meth:`prepare` was not called, or the model is int8-quantized (scoring only).
-        """
-        if self.module is None:
-            raise PipelineError(f"{self.name}: call prepare(train, dataset) before fit()")
-        self._require_float("train")
-        self.clear_cache()
-        try:
-            return AuxiliaryLossTrainer(self, self.train_config, self.seed).fit(train, dev, state_path)
-        finally:
-            self.clear_cache()  # the Trainer restores the best epoch's weights: cached outputs are stale
 
     # -- checkpoints -------------------------------------------------------------------------------
     def describe(self) -> dict:
