@@ -113,6 +113,26 @@ def seed_marks(row: dict, metric: str, first: float) -> dict[int, str | None]:
     return marks
 
 
+def safe_result(data: dict, row: str) -> dict | None:
+    """The safe rule's row ``row`` (``NAME+safe``) of a re-measurement, with its per-query values per seed
+    (``per_query``). Where the file records every grid weight's test values (``test_values``), it is the replay
+    of the rule ``--interpolate auto`` applies now (:func:`pipeline.engine.fusion.decide_weight`, through
+    ``benchmarks/safe_rule_replay.py``), after checking that the replay reproduces the file's recorded old and
+    safe rows; otherwise the row as recorded."""
+    import safe_rule_replay
+
+    saved = data.get("results", {}).get(row)
+    if saved is None or not safe_rule_replay.recorded(data) or safe_rule_replay.labels(data)[2] != row:
+        if saved is not None:
+            saved = {**saved, "per_query": data.get("per_query", {}).get("runs", {}).get(row, {})}
+        return saved
+    try:
+        safe_rule_replay.check(data, data.get("command", row))
+    except safe_rule_replay.ReplayError as error:
+        raise SystemExit(f"beyond_zero_shot build: {error}") from None
+    return {**safe_rule_replay.replay(data, safe_rule_replay.RULES["current"][1]), "replayed": True}
+
+
 def load(file: str) -> dict | None:
     path = RESULTS / file
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -154,8 +174,11 @@ def table_counts() -> dict:
             entry["reason"] = NOT_REMEASURED if safe_file is None else (
                 f"{safe_file} not written: the re-measurement did not finish in the time available")
         else:
-            safe_row = safe["results"][f"{row['row']}+safe"]
+            safe_row = safe_result(safe, f"{row['row']}+safe")
             entry["safe_file"] = safe_file
+            if safe_row.get("replayed"):
+                entry["safe_rule_source"] = ("replayed from the file's per-weight test values with "
+                                             "pipeline.engine.fusion.decide_weight (benchmarks/safe_rule_replay.py)")
             if safe.get("partial"):
                 entry["safe_partial"] = (f"{safe['partial']} re-measured (the rest did not finish in the time "
                                          "available); the old rule's counts are over all 3 seeds of the table")
@@ -169,7 +192,7 @@ def table_counts() -> dict:
         old_marks = seed_marks(combined, row["metric"], first)
         safe_marks = dict(old_marks)
         if entry.get("safe"):
-            safe_row = safe["results"][f"{row['row']}+safe"]
+            safe_row = safe_result(safe, f"{row['row']}+safe")
             safe_marks.update(seed_marks(safe_row, row["metric"], safe["first_stage"][row["metric"]]))
             kept_old = sorted(set(old_marks) - set(seed_marks(safe_row, row["metric"], 0.0)))
             if kept_old:
@@ -247,7 +270,7 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
         safe_file = next((s for f, s in SAFE_FILES.items() if f == zero_file), None)
         safe = load(safe_file) if safe_file else None
         if safe is not None:
-            row = safe["results"]["bi-encoder+safe"]
+            row = safe_result(safe, "bi-encoder+safe")
             entry["zero_shot_combined_safe"] = {"mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
                                                 "seeds": row["seeds"], "file": safe_file}
     else:
@@ -282,7 +305,7 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
         entry["seeds"] = best["seeds"]
         safe = load(SAFE_FILES[best["file"]]) if best["file"] in SAFE_FILES else None
         # a re-measurement may hold another model of the same file only (dl/*-knrm-drmm.json: DRMM, the table's row)
-        row = (safe or {}).get("results", {}).get(best["row"].replace("+interp", "+safe"))
+        row = safe_result(safe, best["row"].replace("+interp", "+safe")) if safe else None
         if row is not None:
             entry["best_trained_combined_safe"] = {"mean": mean(row[metric]), "per_seed": [round(v, 4) for v in row[metric]],
                                                    "seeds": row["seeds"], "file": SAFE_FILES[best["file"]]}
@@ -307,8 +330,8 @@ def paired_vs_zero_shot(zero_file: str | None, trained_file: str | None, trained
     trained = load(SAFE_FILES[trained_file]) if trained_file in SAFE_FILES else None
     if zero is None or trained is None or "per_query" not in zero or "per_query" not in trained:
         return None
-    zero_runs = zero["per_query"]["runs"].get("bi-encoder+safe", {})
-    trained_runs = trained["per_query"]["runs"].get(trained_row.replace("+interp", "+safe"), {})
+    zero_runs = (safe_result(zero, "bi-encoder+safe") or {}).get("per_query", {})
+    trained_runs = (safe_result(trained, trained_row.replace("+interp", "+safe")) or {}).get("per_query", {})
     pvalues, deltas, seeds = [], [], []
     for seed in sorted(set(zero_runs) & set(trained_runs), key=int):
         common = sorted(set(zero_runs[seed]) & set(trained_runs[seed]))
