@@ -83,13 +83,13 @@ def masked_max(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = Fa
     """Maximum over ``dim`` ignoring masked entries; 0 where everything is masked.
 
     Args:
-        x: any shape.
+        x: floating point values, any shape (masked entries are set to the dtype's lowest value first).
         mask: bool, broadcastable to ``x`` (trailing singleton dims added).
         dim: axis to reduce.
         keepdim: keep the reduced axis as size 1.
 
     Returns:
-        ``x`` reduced over ``dim``.
+        The largest real entry along ``dim``; 0 for a row with none.
     """
     mask = _broadcast_mask(mask, x)
     filled = x.masked_fill(~mask, torch.finfo(x.dtype).min)
@@ -102,13 +102,13 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = Fa
     """Sum over ``dim`` of the unmasked entries (0 where everything is masked).
 
     Args:
-        x: any shape.
+        x: the values, any shape (masked entries count as 0).
         mask: bool, broadcastable to ``x`` (trailing singleton dims added).
         dim: axis to reduce.
         keepdim: keep the reduced axis as size 1.
 
     Returns:
-        ``x`` reduced over ``dim``.
+        ``x`` summed along ``dim``.
     """
     mask = _broadcast_mask(mask, x)
     return (x * mask.to(x.dtype)).sum(dim=dim, keepdim=keepdim)
@@ -118,19 +118,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int, keepdim: bool = F
     """Mean over ``dim`` of the unmasked entries; 0 where everything is masked.
 
     Args:
-        x: any shape.
+        x: the values to average, any shape.
         mask: bool, broadcastable to ``x`` (trailing singleton dims added).
         dim: axis to reduce.
         keepdim: keep the reduced axis as size 1.
 
     Returns:
-        ``x`` reduced over ``dim``; the divisor is the number of real entries,
-        so padding never dilutes the mean.
+        :func:`masked_sum` divided by the number of real entries, so padding never dilutes the mean.
     """
-    mask = _broadcast_mask(mask, x)
-    total = (x * mask.to(x.dtype)).sum(dim=dim, keepdim=keepdim)
-    count = mask.sum(dim=dim, keepdim=keepdim).clamp_min(1).to(x.dtype)
-    return total / count
+    count = _broadcast_mask(mask, x).sum(dim=dim, keepdim=keepdim).clamp_min(1).to(x.dtype)
+    return masked_sum(x, mask, dim, keepdim) / count
 
 
 def masked_softmax_with_null(scores: torch.Tensor, mask: torch.Tensor, dim: int,
