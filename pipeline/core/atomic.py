@@ -21,7 +21,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -221,4 +221,26 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     """
     with atomic_write(path) as handle:
         handle.write(text)
+    return Path(path)
+
+
+def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> Path:
+    """Write ``lines`` to ``path`` atomically, each followed by a newline: a record file (qrels, topics).
+
+    ``lines`` may be a generator: one that raises leaves ``path`` as it was (see :func:`atomic_write`).
+
+    Args:
+        path: the file to write (replaced if it exists).
+        lines: its lines, without their newlines.
+
+    Returns:
+        The path written.
+
+    Example:
+        >>> write_lines("topics.tsv", ["1\\tcheap flights", "2\\trome hotels"]).read_text()
+        '1\\tcheap flights\\n2\\trome hotels\\n'
+    """
+    with atomic_write(path) as handle:
+        for line in lines:
+            handle.write(f"{line}\n")
     return Path(path)

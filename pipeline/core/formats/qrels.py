@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Iterable
 
-from ..atomic import atomic_write
+from ..atomic import write_lines
 from ..errors import DataFormatError
 from ..records import Qrel
 from ..textio import iter_lines
@@ -134,8 +134,6 @@ def write_qrels(path: str | os.PathLike, qrels: Iterable[Qrel]) -> None:
 
     Args:
         path: the file to write (replaced if it exists).
-        qrels: the judgments.
+        qrels: the judgments, one line each (``query_id iteration doc_id relevance``).
     """
-    with atomic_write(path) as handle:
-        for qrel in qrels:
-            handle.write(f"{qrel.query_id} {qrel.iteration} {qrel.doc_id} {qrel.relevance}\n")
+    write_lines(path, (f"{qrel.query_id} {qrel.iteration} {qrel.doc_id} {qrel.relevance}" for qrel in qrels))

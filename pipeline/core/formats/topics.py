@@ -7,7 +7,7 @@ import os
 import re
 from typing import Iterable, Mapping
 
-from ..atomic import atomic_write
+from ..atomic import write_lines
 from ..errors import ConfigError, DataFormatError
 from ..records import Query
 from ..textio import iter_lines
@@ -254,6 +254,4 @@ def write_topics_tsv(path: str | os.PathLike, queries: Iterable[Query]) -> None:
         path: the file to write (replaced if it exists).
         queries: the queries.
     """
-    with atomic_write(path) as handle:
-        for query in queries:
-            handle.write(f"{query.query_id}\t{query.text}\n")
+    write_lines(path, (f"{query.query_id}\t{query.text}" for query in queries))
