@@ -230,6 +230,14 @@ def _rm3(options: RM3Options) -> RM3:
     return RM3(options.fb_terms, options.fb_docs, options.original_query_weight)
 
 
+def _built_index_retriever(dataset: Dataset, settings: FirstStageSettings, options: BM25Options,
+                           rm3: RM3 | None) -> BM25Retriever:
+    # bm25 and bm25+rm3 share an index: the analysis options are the only ones it is built with
+    path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
+                       settings.threads)
+    return BM25Retriever(path, options.k1, options.b, rm3, settings.threads)
+
+
 def bm25_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retriever:
     """``bm25``: Lucene BM25 over the dataset's documents (the index is built if missing).
 
@@ -238,12 +246,9 @@ def bm25_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retr
         settings: options (:class:`~indexes.options.BM25Options`), threads and the index cache.
 
     Returns:
-        The first stage.
+        A :class:`BM25Retriever` searching each query as it is.
     """
-    options = settings.options or BM25Options()
-    path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
-                       settings.threads)
-    return BM25Retriever(path, options.k1, options.b, None, settings.threads)
+    return _built_index_retriever(dataset, settings, settings.options or BM25Options(), None)
 
 
 def bm25_rm3_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25Retriever:
@@ -254,12 +259,11 @@ def bm25_rm3_first_stage(dataset: Dataset, settings: FirstStageSettings) -> BM25
         settings: options (:class:`~indexes.options.RM3Options`), threads and the index cache.
 
     Returns:
-        The first stage.
+        A :class:`BM25Retriever` that expands each query with RM3 from its first BM25 ranking, then
+        searches again.
     """
     options = settings.options or RM3Options()
-    path = build_index(dataset, LuceneOptions(options.stemmer, options.keep_stopwords), settings.index_root,
-                       settings.threads)
-    return BM25Retriever(path, options.k1, options.b, _rm3(options), settings.threads)
+    return _built_index_retriever(dataset, settings, options, _rm3(options))
 
 
 bm25_first_stage.Options = BM25Options
