@@ -354,7 +354,10 @@ def grow(work: Path, shards: int, nlist: int, queries_per: int, seed: int) -> di
 
 
 def _status_kib(*names: str) -> dict:
-    values = {}
+    """``/proc/self/status`` fields ``names`` in KiB, with ``ru_maxrss`` (the process's peak resident set)."""
+    import resource
+
+    values = {"ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
     for line in Path("/proc/self/status").read_text().splitlines():
         key = line.split(":")[0]
         if key in names:
@@ -377,8 +380,8 @@ def write_index_dir(folder: Path, full: Path, shards: list[Path], index_type: st
     one of the index at ``full``; the stages timed. Returns ``{stage: seconds, "lists": ...}``."""
     import faiss
 
-    from indexes.codes import (DOC_OFFSETS_FILE, ENCODER_FILE, FAISS_FILE, META_FILE, VERIFIED_FILES, CodeOptions,
-                               DocIds, index_metadata, index_size_bytes, ivf)
+    from indexes.codes import (DOC_OFFSETS_FILE, ENCODER_FILE, FAISS_FILE, INDEX_FORMAT, META_FILE, VERIFIED_FILES,
+                               CodeOptions, DocIds, index_metadata, index_size_bytes, ivf)
     from pipeline.core.filecheck import describe
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -426,7 +429,8 @@ def write_index_dir(folder: Path, full: Path, shards: list[Path], index_type: st
     except OSError:
         shutil.copyfile(full / ENCODER_FILE, folder / ENCODER_FILE)
     meta = index_metadata(full)
-    meta.update(options={**meta["options"], "index_type": index_type, "ivf_nlist": lists if index_type == "ivf" else 0},
+    meta.update(format=INDEX_FORMAT,  # this code's layout, whatever the layout of the index at ``full``
+                options={**meta["options"], "index_type": index_type, "ivf_nlist": lists if index_type == "ivf" else 0},
                 documents=len(ids), vectors=int(lengths.sum()), index_bytes=index_size_bytes(folder),
                 files=describe(folder, VERIFIED_FILES + (ivf.FILES if index_type == "ivf" else ())),
                 note=f"{index_type} index of the first {len(shards)} shards of {full.name}, "

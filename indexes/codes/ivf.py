@@ -299,13 +299,17 @@ class ListVectors:
         self.code_size = self.width * self.dtype.itemsize
         self.data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
         self._rows = self._windows(self.code_size)
-        # an id is 8 bytes at any byte offset (a code size that is not a multiple of 8 leaves them unaligned)
-        self._ids = self._windows(8)
         table = np.load(folder / LISTS_FILE)
         self.list_offsets = table[:, 0]
         self.list_sizes = table[:, 1]
         capacities = table[:, 2] if table.shape[1] > 2 else table[:, 1]
         self.id_offsets = self.list_offsets + capacities * self.code_size
+        if len(self.data) % 8 == 0 and not np.any(self.id_offsets % 8):
+            # every id 8-aligned (codes a multiple of 8 bytes): ids are one int64 gather (a plain ndarray view,
+            # no memmap subclass overhead per operation)
+            self._ids, self._id_unit = np.asarray(self.data).view(np.int64), 8
+        else:  # an id is 8 bytes at any byte offset: gathered as byte windows (slower)
+            self._ids, self._id_unit = self._windows(8), 1
         if (folder / RANKS_FILE).is_file():  # format 2
             self.ranks, self.assign = np.load(folder / RANKS_FILE, mmap_mode="r"), None
             self.list_starts = np.concatenate([[0], np.cumsum(self.list_sizes)])
@@ -327,7 +331,13 @@ class ListVectors:
 
     def _ids_at(self, lists: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The faiss ids at ``positions`` of the inverted lists ``lists``."""
-        return self._ids[self.id_offsets[lists] + positions * 8].view(np.int64).reshape(len(lists))
+        return self._gather_ids(self.id_offsets[lists] // self._id_unit, positions)
+
+    def _gather_ids(self, starts: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The faiss ids at ``positions`` of the lists whose ids start at ``starts`` (in units of ``_ids``)."""
+        if self._id_unit == 8:
+            return self._ids[starts + positions]
+        return self._ids[starts + positions * 8].view(np.int64).reshape(len(starts))
 
     def _positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(list, position in the list)`` of each of ``rows`` (flat int64)."""
@@ -337,17 +347,18 @@ class ListVectors:
             return lists, ranks - self.list_starts[lists]
         lists = np.asarray(self.assign[rows], dtype=np.int64)
         sizes = self.list_sizes[lists]
-        # branchless lower bound, every row at once: the answer lies in [base, base + remaining)
+        starts = self.id_offsets[lists] // self._id_unit
+        # branchless search, every row at once, of the last id <= the row (the row itself when the list holds
+        # it): the answer lies in [base, base + remaining); ceil(log2(longest list)) gathers, one more to check
         base, remaining = np.zeros(len(rows), dtype=np.int64), sizes.copy()
         while len(rows) and remaining.max() > 1:
-            half = remaining // 2
+            half = remaining >> 1
             probe = base + half
-            base = np.where(self._ids_at(lists, probe) < rows, probe, base)
+            base = np.where(self._gather_ids(starts, probe) <= rows, probe, base)
             remaining -= half
         if len(rows):
-            last = np.maximum(sizes - 1, 0)
-            base += (self._ids_at(lists, np.minimum(base, last)) < rows) & (base < sizes)
-            found = (base < sizes) & (self._ids_at(lists, np.minimum(base, last)) == rows)
+            found = sizes > 0  # an empty list holds no row (and its ids may start at the end of the file)
+            found[found] = self._gather_ids(starts[found], base[found]) == rows[found]
             if not found.all():
                 row = int(rows[~found][0])
                 raise PipelineError(f"{self.folder / DATA_FILE}: row {row} is not in inverted list "

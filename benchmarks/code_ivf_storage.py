@@ -1,0 +1,332 @@
+"""The IVF code index's storage layouts on real codes: bytes per vector, resident memory and speed of the
+format-3 layout (each vector's list number, uint16, and a binary search of its list's ids) against format 2
+(each vector's position in list order, uint32) on the same inverted lists.
+
+Uses the shards and the union that ``code_real_scaling.py`` kept in ``--work`` (its ``simulate`` step's index
+supplies the encoder). Steps, each a subcommand:
+
+``build``
+    At one size (a prefix of whole shards with at least ``--vectors`` vectors, 0: all): an IVF index of those
+    codes in ``--work/storage/<size>/format-3`` (``indexes.codes.ivf``: quantizer trained, shards added,
+    lists merged on disk, each stage timed) and its format-2 copy on the same lists (``ivf.write_format_2``,
+    the lists hard-linked) in ``format-2``; the bytes of every file, per vector.
+``rss``
+    One process per layout (``--index``): the retriever opened, ``--queries`` queries searched one at a
+    time (``search([query], 100)``, one thread), then the process's peak resident set (``getrusage``
+    ``ru_maxrss``) and its anonymous / file-backed parts; the same before the index was opened.
+``time``
+    Both layouts in one process, one thread, the layouts alternating query by query (which goes first
+    alternates too): ms/query end to end and of the exact MaxSim stage (where the vectors are read), the
+    lookup alone (``vectors[rows]`` for the rows of the documents each query re-scored), whether every
+    query's results are identical, nDCG@10 and R@100 of both.
+``report``
+    The tables (Markdown and JSON).
+
+    python benchmarks/code_ivf_storage.py build --work /work/scratch/real-scaling --vectors 1000000 --ivf-nlist 1000
+    python benchmarks/code_ivf_storage.py rss --work /work/scratch/real-scaling --vectors 1000000
+    python benchmarks/code_ivf_storage.py time --work /work/scratch/real-scaling --vectors 1000000
+    python benchmarks/code_ivf_storage.py report --work /work/scratch/real-scaling \\
+        --output benchmarks/results/codes/ivf-storage.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from common import load_average, machine_line, publish  # noqa: E402
+from code_real_scaling import (  # noqa: E402
+    K, SHARD_SIZE, Probe, _now, _status_kib, _write_json, load_union, shard_prefix, write_index_dir,
+)
+
+LAYOUTS = ("format-3", "format-2")
+
+
+def _command() -> str:
+    import shlex
+
+    return "python " + shlex.join(["benchmarks/code_ivf_storage.py", *sys.argv[1:]])
+
+
+def size_folder(work: Path, vectors: int) -> Path:
+    return work / "storage" / (str(vectors) if vectors else "all")
+
+
+def the_shards(work: Path, build_file: str) -> tuple[Path, list[Path]]:
+    """``(the simulate step's index, its shards in order)``."""
+    from indexes.codes import index_metadata
+
+    full = Path(json.loads((work / build_file).read_text())["index"])
+    documents = index_metadata(full)["documents"]
+    return full, sorted((work / "shards").glob("shard-*.npz"))[: -(-documents // SHARD_SIZE)]
+
+
+def file_bytes(folder: Path) -> dict:
+    """Bytes of each file a search reads (the metadata's ``files``)."""
+    from indexes.codes import index_metadata
+
+    return {name: (folder / name).stat().st_size for name in index_metadata(folder)["files"]}
+
+
+def build(work: Path, vectors: int, lists: int, seed: int, build_file: str) -> dict:
+    """The format-3 IVF index of a shard prefix and its format-2 copy; bytes per vector of both."""
+    import faiss
+
+    from indexes.codes import index_metadata, ivf
+
+    faiss.omp_set_num_threads(1)
+    full, shards = the_shards(work, build_file)
+    part = shard_prefix(shards, vectors)
+    folder = size_folder(work, vectors)
+    load_before = load_average()
+    times = write_index_dir(folder / "format-3", full, part, "ivf", lists, seed)
+    shutil.rmtree(folder / "format-2", ignore_errors=True)
+    started = time.perf_counter()
+    ivf.write_format_2(folder / "format-3", folder / "format-2", code_size=512 // 8)
+    times["format_2_copy_s"] = time.perf_counter() - started
+    meta = index_metadata(folder / "format-3")
+    count = meta["vectors"]
+    layouts = {}
+    for layout in LAYOUTS:
+        files = file_bytes(folder / layout)
+        ivf_files = {n: b for n, b in files.items() if n in ("faiss.index", *ivf.FILES, *ivf.FORMAT_2_FILES)}
+        layouts[layout] = {"files": files, "ivf_bytes_per_vector": sum(ivf_files.values()) / count,
+                           "bytes_per_vector": sum(files.values()) / count,
+                           "per_file_per_vector": {n: b / count for n, b in files.items()}}
+    return {"date": _now(), "load_before": load_before, "load_after": load_average(), "vectors": count,
+            "documents": meta["documents"], "shards": len(part), "ivf_lists": meta["ivf_lists"], "builds": times,
+            "list_dtype": str(np.load(folder / "format-3" / ivf.ASSIGN_FILE, mmap_mode="r").dtype),
+            "layouts": layouts}
+
+
+def _queries(work: Path, count: int):
+    dataset = load_union(work)
+    return dataset, list(dataset.queries.values())[: count or None]
+
+
+def rss_child(index: Path, work: Path, count: int, nprobe: int) -> dict:
+    """In its own process: one layout's retriever, ``count`` queries, the process's memory."""
+    import faiss
+    import torch
+
+    from indexes.codes import CodeRetriever
+
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    _, queries = _queries(work, count)
+    before = _status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM")
+    retriever = CodeRetriever(index, threads=1, nprobe=nprobe)
+    opened = _status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM")
+    started = time.perf_counter()
+    for query in queries:
+        retriever.search([query], K)
+    seconds = time.perf_counter() - started
+    return {"before_index_kib": before, "after_open_kib": opened,
+            "after_queries_kib": _status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM"), "queries": len(queries),
+            "ms_per_query": 1000 * seconds / max(1, len(queries)), "nprobe": nprobe}
+
+
+def rss(work: Path, vectors: int, count: int, nprobe: int) -> dict:
+    """:func:`rss_child` for each layout, each in a new process (a peak resident set is per process)."""
+    folder = size_folder(work, vectors)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    result = {"date": _now(), "load_before": load_average()}
+    for layout in LAYOUTS:
+        done = subprocess.run([sys.executable, __file__, "rss-child", "--work", str(work), "--index",
+                               str(folder / layout), "--queries", str(count), "--nprobe", str(nprobe)],
+                              cwd=ROOT, env=environment, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the {layout} search process failed: {done.stderr[-2000:]}")
+        result[layout] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["load_after"] = load_average()
+    return result
+
+
+def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
+    """Both layouts in one process, alternating query by query."""
+    import faiss
+    import torch
+
+    from indexes.codes import CodeRetriever
+    from pipeline.core.evaluation import evaluate
+    from pipeline.core.progress import tqdm
+
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    folder = size_folder(work, vectors)
+    dataset, queries = _queries(work, count)
+    retrievers = {layout: CodeRetriever(folder / layout, threads=1, nprobe=nprobe) for layout in LAYOUTS}
+    probes = {layout: Probe(r) for layout, r in retrievers.items()}
+    for retriever in retrievers.values():
+        retriever.search(queries[:5], K)  # warm-up: the model, the lists' pages
+    ms = {layout: [] for layout in LAYOUTS}
+    maxsim = {layout: [] for layout in LAYOUTS}
+    lookup = {layout: [] for layout in LAYOUTS}
+    runs = {layout: {} for layout in LAYOUTS}
+    identical, rows_read = 0, []
+    for number, query in enumerate(tqdm(queries, desc=f"{len(retrievers['format-3'].vectors):,} vectors", unit="query")):
+        order = LAYOUTS if number % 2 == 0 else LAYOUTS[::-1]
+        for layout in order:
+            probes[layout].reset()
+            started = time.perf_counter()
+            hits = retrievers[layout].search([query], K)
+            ms[layout].append(1000 * (time.perf_counter() - started))
+            maxsim[layout].append(1000 * probes[layout].times["maxsim_scores"])
+            runs[layout].update(hits)
+        got, expected = runs["format-3"][query.query_id], runs["format-2"][query.query_id]
+        identical += [(h.doc_id, h.score) for h in got] == [(h.doc_id, h.score) for h in expected]
+        # the lookup alone: the stored vectors of 256 documents (as many as the re-scoring reads), seeded
+        offsets = retrievers["format-3"].offsets
+        numbers = np.random.default_rng(number).choice(len(offsets) - 1, size=256, replace=False)
+        rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in numbers])
+        rows_read.append(len(rows))
+        for layout in order:
+            started = time.perf_counter()
+            retrievers[layout].vectors[rows]
+            lookup[layout].append(1000 * (time.perf_counter() - started))
+    qrels = [q for q in dataset.qrels if q.query_id in {q.query_id for q in queries}]
+    scores = {layout: evaluate(runs[layout], qrels, "nDCG@10 R@100").aggregate for layout in LAYOUTS}
+    summary = {layout: {"ms_per_query": float(np.mean(ms[layout])), "ms_median": float(np.median(ms[layout])),
+                        "maxsim_ms": float(np.mean(maxsim[layout])), "lookup_ms": float(np.mean(lookup[layout])),
+                        "lookup_ms_median": float(np.median(lookup[layout])),
+                        "nDCG@10": scores[layout]["nDCG@10"], "R@100": scores[layout]["R@100"]} for layout in LAYOUTS}
+    return {"date": _now(), "load_before": None, "queries": len(queries), "nprobe": nprobe,
+            "identical_queries": identical, "lookup_rows_mean": float(np.mean(rows_read)),
+            "lookup_rows": "the stored vectors of 256 documents drawn at random per query (seeded)",
+            "ms_ratio_format3_over_format2": float(np.mean(ms["format-3"]) / np.mean(ms["format-2"])),
+            "layouts": summary}
+
+
+def render(work: Path, command: str) -> tuple[str, dict]:
+    results = []
+    for folder in sorted((work / "storage").iterdir(), key=lambda p: (p.name == "all", p.name)):
+        facts = {}
+        for step in ("build", "rss", "time"):
+            if (folder / f"{step}.json").is_file():
+                facts[step] = json.loads((folder / f"{step}.json").read_text())
+        if "build" in facts:
+            results.append(facts)
+    results.sort(key=lambda r: r["build"]["vectors"])
+    lines = [f"# IVF code index storage: format 3 (list numbers) against format 2 (positions) "
+             f"({time.strftime('%Y-%m-%d', time.gmtime())}, {machine_line(1)})", "",
+             f"Report command: `{command}`. The indexes: the real 512-bit codes of `code_real_scaling.py` (the union "
+             "of the shipped collections, its kept shards), prefixes of whole shards, the list counts of its table; "
+             "each size's IVF index built once (format 3) and copied to format 2 on the same lists "
+             "(`ivf.write_format_2`). Steps and their commands are in `ivf-storage.json`.", "",
+             "## Bytes per vector", "",
+             "IVF: the faiss index file (quantizer, list table), the lists (`ivf.data`: 64-byte code + 8-byte faiss id "
+             "per vector), the row lookup (format 3: `ivf_assign.npy`, the list number; format 2: `ivf_ranks.npy`, "
+             "the position) and the lists' table. All: with the document offsets and ids (everything a search reads "
+             "but the encoder).", "",
+             "| vectors | documents | lists | list number | format 3 IVF | format 3 all | format 2 IVF | format 2 all | "
+             "lookup file B/vector (3 / 2) | date | load before / after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        b = r["build"]
+        three, two = b["layouts"]["format-3"], b["layouts"]["format-2"]
+        lines.append(f"| {b['vectors']:,} | {b['documents']:,} | {b['ivf_lists']} | {b['list_dtype']} | "
+                     f"{three['ivf_bytes_per_vector']:.2f} | {three['bytes_per_vector']:.2f} | "
+                     f"{two['ivf_bytes_per_vector']:.2f} | {two['bytes_per_vector']:.2f} | "
+                     f"{three['per_file_per_vector']['ivf_assign.npy']:.2f} / "
+                     f"{two['per_file_per_vector']['ivf_ranks.npy']:.2f} | {b['date']} | "
+                     f"{' '.join(b['load_before'])} / {' '.join(b['load_after'])} |")
+    lines += ["", "## Resident memory while searching", "",
+              "Each layout in its own process: the retriever opened, the queries searched one at a time (top 100, "
+              "one thread). Peak: `getrusage` `ru_maxrss` at the end; anon + file: `/proc/self/status` RssAnon + "
+              "RssFile at the end (before the index was opened: the model and the libraries).", "",
+              "| vectors | layout | queries | nprobe | peak RSS MiB | at the end: anon + file MiB | before the index: "
+              "anon + file MiB | ms/query | date | load before / after |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    mib = 1024
+    for r in results:
+        if "rss" not in r:
+            continue
+        m = r["rss"]
+        for layout in LAYOUTS:
+            x = m[layout]
+            end, start = x["after_queries_kib"], x["before_index_kib"]
+            lines.append(f"| {r['build']['vectors']:,} | {layout} | {x['queries']} | {x['nprobe']} | "
+                         f"{end['ru_maxrss'] / mib:.0f} | {end['RssAnon'] / mib:.0f} + {end['RssFile'] / mib:.0f} | "
+                         f"{start['RssAnon'] / mib:.0f} + {start['RssFile'] / mib:.0f} | {x['ms_per_query']:.1f} | "
+                         f"{m['date']} | {' '.join(m['load_before'])} / {' '.join(m['load_after'])} |")
+    lines += ["", "## Speed and results, both layouts in one process", "",
+              "One thread, the layouts alternating query by query (the first of each pair alternating too). "
+              "ms/query: `search([query], 100)` end to end; exact MaxSim: the stage that reads the candidates' "
+              "vectors out of the lists; lookup: `vectors[rows]` alone for the stored vectors of 256 documents "
+              "drawn at random per query. Identical: queries whose 100 results (ids and scores) are the same in "
+              "both layouts.", "",
+              "| vectors | queries | nprobe | ms/query format 3 (mean / median) | format 2 | ratio 3 / 2 | exact MaxSim "
+              "ms (3 / 2) | lookup ms (3 / 2), rows | identical | nDCG@10 (3 / 2) | R@100 (3 / 2) | date | "
+              "load before / after |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "time" not in r:
+            continue
+        t = r["time"]
+        three, two = t["layouts"]["format-3"], t["layouts"]["format-2"]
+        lines.append(f"| {r['build']['vectors']:,} | {t['queries']} | {t['nprobe']} | {three['ms_per_query']:.1f} / "
+                     f"{three['ms_median']:.1f} | {two['ms_per_query']:.1f} / {two['ms_median']:.1f} | "
+                     f"{t['ms_ratio_format3_over_format2']:.3f} | {three['maxsim_ms']:.1f} / {two['maxsim_ms']:.1f} | "
+                     f"{three['lookup_ms']:.2f} / {two['lookup_ms']:.2f}, {t['lookup_rows_mean']:,.0f} | "
+                     f"{t['identical_queries']} of {t['queries']} | {three['nDCG@10']:.4f} / {two['nDCG@10']:.4f} | "
+                     f"{three['R@100']:.4f} / {two['R@100']:.4f} | {t['date']} | {' '.join(t['load_before'])} / "
+                     f"{' '.join(t['load_after'])} |")
+    lines += ["", "| vectors | lists | k-means s | add s | merge s (format 3) | format-2 copy s |", "|---|---|---|---|---|---|"]
+    for r in results:
+        b = r["build"]["builds"]
+        lines.append(f"| {r['build']['vectors']:,} | {r['build']['ivf_lists']} | {b['kmeans_s']:.1f} | {b['add_s']:.1f} | "
+                     f"{b['merge_s']:.1f} | {b['format_2_copy_s']:.1f} |")
+    commands = [r[s]["command"] for r in results for s in ("build", "rss", "time") if s in r]
+    lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in commands) + "."]
+    return "\n".join(lines), {"command": command, "date": _now(), "sizes": results}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=["build", "rss", "rss-child", "time", "report"])
+    parser.add_argument("--work", type=Path, required=True, help="code_real_scaling.py's work folder")
+    parser.add_argument("--vectors", type=int, default=0, help="size: the first shards holding this many (0: all)")
+    parser.add_argument("--ivf-nlist", type=int, default=0, help="build: IVF lists (0: the default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--simulate", default="simulate-4M.json", help="the simulate step's JSON (its encoder)")
+    parser.add_argument("--queries", type=int, default=200, help="rss / time: the first N queries of the union")
+    parser.add_argument("--nprobe", type=int, default=16, help="rss / time: lists visited per query token")
+    parser.add_argument("--index", type=Path, help="rss-child: the index")
+    parser.add_argument("--output", help="report: Markdown file (JSON beside it)")
+    args = parser.parse_args(argv)
+    work = args.work
+    if args.step == "rss-child":
+        print(json.dumps(rss_child(args.index, work, args.queries, args.nprobe)))
+        return
+    if args.step == "report":
+        text, data = render(work, _command())
+        publish(text, args.output)
+        if args.output:
+            _write_json(Path(args.output).with_suffix(".json"), data)
+        return
+    folder = size_folder(work, args.vectors)
+    folder.mkdir(parents=True, exist_ok=True)
+    if args.step == "build":
+        result = build(work, args.vectors, args.ivf_nlist, args.seed, args.simulate)
+    elif args.step == "rss":
+        result = rss(work, args.vectors, args.queries, args.nprobe)
+    else:
+        load_before = load_average()
+        result = {**timing(work, args.vectors, args.queries, args.nprobe), "load_before": load_before,
+                  "load_after": load_average()}
+    _write_json(folder / f"{args.step}.json", {**result, "command": _command()})
+    print(json.dumps(result, indent=1)[:3000])
+
+
+if __name__ == "__main__":
+    main()
