@@ -369,7 +369,7 @@ def bm25s_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Bm25sRe
         settings: options (:class:`Bm25sOptions`) and the index cache.
 
     Returns:
-        The first stage.
+        A :class:`Bm25sRetriever` on the cached matrix, searching in the calling thread.
     """
     options = settings.options or Bm25sOptions()
     path = build_index(dataset, options, settings.index_root)

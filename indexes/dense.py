@@ -360,7 +360,7 @@ def dense_first_stage(dataset: Dataset, settings: FirstStageSettings) -> DenseRe
         settings: options (:class:`DenseOptions`) and the index cache.
 
     Returns:
-        The first stage.
+        A :class:`DenseRetriever` on the index, encoding queries with the documents' encoder.
     """
     options = settings_options(settings, DenseOptions)
     return DenseRetriever(build_dense_index(dataset, options, settings.index_root), options)
