@@ -250,7 +250,7 @@ class HybridRetriever:
 
         Args:
             queries: the queries.
-            k: documents per query.
+            k: documents per query; each first stage gives its top ``max(depth, k)`` to the fusion.
 
         Returns:
             ``{query_id: [ScoredDoc, ...]}``, score descending, ties by doc id.
