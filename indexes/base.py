@@ -49,7 +49,7 @@ class RunRetriever:
 
         Args:
             queries: the queries.
-            k: at most this many documents per query.
+            k: at most this many documents per query (fewer where the run ranks fewer).
 
         Returns:
             ``{query_id: [ScoredDoc, ...]}``, best first.
