@@ -50,12 +50,12 @@ def _code_first_stage(kind: str, dataset: Dataset, settings: FirstStageSettings)
 
 
 def codes_first_stage(dataset: Dataset, settings: FirstStageSettings):
-    """``codes``: binary per-token codes in a faiss binary index; options: :class:`CodesOptions` (none given:
-    the dataset's most recent index of this kind, or one built with the defaults).
+    """``codes``: binary per-token codes in a faiss binary index.
 
     Args:
         dataset: the dataset whose documents are indexed.
-        settings: the options and the index root.
+        settings: the options (:class:`CodesOptions`; none given: the dataset's most recent index of this
+            kind, or one built with the defaults) and the index root.
 
     Returns:
         A :class:`indexes.codes.search.CodeRetriever`.
@@ -64,12 +64,12 @@ def codes_first_stage(dataset: Dataset, settings: FirstStageSettings):
 
 
 def colbert_first_stage(dataset: Dataset, settings: FirstStageSettings):
-    """``colbert``: L2-normalised float token vectors in a faiss float index; options:
-    :class:`ColbertOptions` (see :func:`codes_first_stage`).
+    """``colbert``: L2-normalised float token vectors in a faiss float index.
 
     Args:
         dataset: the dataset whose documents are indexed.
-        settings: the options and the index root.
+        settings: the options (:class:`ColbertOptions`, none given as in :func:`codes_first_stage`) and the
+            index root.
 
     Returns:
         A :class:`indexes.codes.search.CodeRetriever`.
