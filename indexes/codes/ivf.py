@@ -15,16 +15,19 @@ Finding a row in the lists (format 3): the merge keeps every list's ids in incre
 added in row order, the blocks are merged in row order, and a list found out of order is sorted), so a row's
 position in its list is a binary search of the row among the list's ids, memory-mapped, given the row's list
 number: :data:`ASSIGN_FILE`, uint16 while there are at most 65,536 lists (uint8 up to 256, uint32 beyond).
-The lookup is vectorised over all the rows asked for at once (one gather of ids per halving step,
-``ceil(log2(longest list))`` steps). Format 2 stored each row's position in list order instead
-(:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
+:data:`BUCKETS_FILE` narrows the search: for every list and every run of ``2^shift`` rows (about
+:data:`BUCKET_ENTRIES` x lists rows), where in the list that run's rows begin (uint32), so a row is searched
+among about 33 ids (6 halving steps at most on these indexes) instead of its whole list (11-13 steps here,
+17 at MS MARCO's list lengths): 4 bytes per ~33 vectors, 0.12 byte per vector. The lookup is vectorised over
+all the rows asked for at once: one gather of ids per halving step. Format 2 stored each row's position in
+list order instead (:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
 
 Bytes per 512-bit code: 64 of code and 8 of faiss id (faiss stores an int64 id per entry; the lists alone
 cannot be smaller than 72), plus what the re-scoring needs to find a candidate document's rows in the lists:
-each row's list, ``log2(lists)`` bits at least (11 bits for 2,000 lists, 15 for 32,768), stored as 2 bytes:
-74 bytes (format 2: 76; format 1 stored the codes a second time in ``vectors.npy``: 136). Packing the list
-numbers into ``ceil(log2(lists))`` bits would save 0.4-0.6 byte more; reaching 72 would need faiss lists without
-per-entry ids. The index also stores per document its offset and its id (about 1 byte per vector on the
+each row's list, ``log2(lists)`` bits at least (11 bits for 2,000 lists, 15 for 32,768), stored as 2 bytes,
+and the buckets' 0.12: 74.1 bytes (format 2: 76; format 1 stored the codes a second time in ``vectors.npy``:
+136). Packing the list numbers into ``ceil(log2(lists))`` bits would save 0.4-0.6 byte more; reaching 72
+would need faiss lists without per-entry ids. The index also stores per document its offset and its id (about 1 byte per vector on the
 shipped collections, 29 vectors per document): measured totals in SCALING.md. At search time the lists are
 memory-mapped (faiss's on-disk lists): only the probed lists and the candidates' vectors are read. ``nprobe``
 lists are visited per query token: recall against the flat index grows with it
@@ -57,11 +60,16 @@ DATA_FILE = "ivf.data"
 RANKS_FILE = "ivf_ranks.npy"
 #: format 3: each stored vector's inverted list (:func:`list_dtype`: uint16 up to 65,536 lists)
 ASSIGN_FILE = "ivf_assign.npy"
+#: format 3: ``[lists, buckets + 1]`` uint32: where in list ``l`` the rows from ``b * 2^shift`` on begin (the
+#: number of its ids below ``b * 2^shift``); ``shift``: :func:`bucket_shift` of the number of lists
+BUCKETS_FILE = "ivf_buckets.npy"
+#: the rows of one bucket are about this many entries of a list (a power of two of rows per bucket above it)
+BUCKET_ENTRIES = 32
 #: each inverted list's byte offset in :data:`DATA_FILE`, its length and (format 3) its capacity: int64
 #: ``[lists, 3]`` (format 2: ``[lists, 2]``, capacity = length)
 LISTS_FILE = "ivf_lists.npy"
 #: the files of an IVF index besides the faiss index file (format 3)
-FILES = (DATA_FILE, ASSIGN_FILE, LISTS_FILE)
+FILES = (DATA_FILE, ASSIGN_FILE, BUCKETS_FILE, LISTS_FILE)
 #: the files of a format-2 IVF index besides the faiss index file
 FORMAT_2_FILES = (DATA_FILE, RANKS_FILE, LISTS_FILE)
 #: the trained, empty index the blocks are copies of (beside the blocks while building)
@@ -88,6 +96,12 @@ def list_dtype(lists: int) -> np.dtype:
         if lists <= np.iinfo(dtype).max + 1:
             return np.dtype(dtype)
     return np.dtype(np.int64)
+
+
+def bucket_shift(lists: int) -> int:
+    """log2 of the rows per bucket of :data:`BUCKETS_FILE`: the least power of two that puts about
+    :data:`BUCKET_ENTRIES` entries of an average list in a bucket (``BUCKET_ENTRIES x lists`` rows)."""
+    return max(0, int(BUCKET_ENTRIES * max(1, lists) - 1).bit_length())
 
 
 def new_ivf_index(options: CodeOptions, lists: int):
@@ -223,6 +237,10 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
         table[number] = one.offset, one.size, one.capacity
     assign = np.lib.format.open_memmap(folder / ASSIGN_FILE, mode="w+", shape=(total,),
                                        dtype=list_dtype(index.nlist))
+    shift = bucket_shift(index.nlist)
+    bounds = np.arange(((total - 1) >> shift) + 2, dtype=np.int64) << shift  # the buckets' first rows, and the end
+    buckets = np.lib.format.open_memmap(folder / BUCKETS_FILE, mode="w+", shape=(index.nlist, len(bounds)),
+                                        dtype=np.uint32 if table[:, 1].max(initial=0) < 2 ** 32 else np.int64)
     sorted_lists = 0
     for number in range(index.nlist):
         size = int(table[number, 1])
@@ -239,8 +257,10 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
             merged.update_entries(number, 0, size, faiss.swig_ptr(ids), faiss.swig_ptr(codes))
             sorted_lists += 1
         assign[ids] = number
+        buckets[number] = np.searchsorted(ids, bounds)
     assign.flush()
-    del assign
+    buckets.flush()
+    del assign, buckets
     if sorted_lists:
         log.info("merge: %d of %d inverted lists were out of row order and were sorted", sorted_lists, index.nlist)
     index.ntotal = total
@@ -315,6 +335,15 @@ class ListVectors:
             self.list_starts = np.concatenate([[0], np.cumsum(self.list_sizes)])
         else:
             self.ranks, self.assign = None, np.load(folder / ASSIGN_FILE, mmap_mode="r")
+        self.buckets, self.shift = None, 0
+        if self.assign is not None and (folder / BUCKETS_FILE).is_file():
+            self.buckets = np.load(folder / BUCKETS_FILE, mmap_mode="r")
+            self.shift = bucket_shift(len(table))
+            if self.buckets.shape != (len(table), ((max(1, len(self.assign)) - 1) >> self.shift) + 2):
+                raise PipelineError(f"{folder / BUCKETS_FILE}: shape {self.buckets.shape} does not fit "
+                                    f"{len(self.assign)} vectors in {len(table)} lists: a damaged index, rebuild "
+                                    "it with python -m pipeline.index --force (same options)")
+            self._bucket_cells = np.asarray(self.buckets).reshape(-1)  # plain ndarray: no memmap subclass overhead
 
     def _windows(self, width: int) -> np.ndarray:
         """Row ``i``: the ``width`` bytes of :data:`DATA_FILE` from byte ``i`` (one gather per row, not per byte)."""
@@ -348,16 +377,25 @@ class ListVectors:
         lists = np.asarray(self.assign[rows], dtype=np.int64)
         sizes = self.list_sizes[lists]
         starts = self.id_offsets[lists] // self._id_unit
+        if self.buckets is not None:  # the row lies among its bucket's entries of its list
+            cells = lists * self.buckets.shape[1] + (rows >> self.shift)
+            base = self._bucket_cells[cells].astype(np.int64)
+            remaining = self._bucket_cells[cells + 1] - base
+        else:
+            base, remaining = np.zeros(len(rows), dtype=np.int64), sizes.copy()
         # branchless search, every row at once, of the last id <= the row (the row itself when the list holds
-        # it): the answer lies in [base, base + remaining); ceil(log2(longest list)) gathers, one more to check
-        base, remaining = np.zeros(len(rows), dtype=np.int64), sizes.copy()
-        while len(rows) and remaining.max() > 1:
-            half = remaining >> 1
-            probe = base + half
-            base = np.where(self._gather_ids(starts, probe) <= rows, probe, base)
-            remaining -= half
+        # it): the answer lies in [base, base + remaining); ceil(log2(longest range)) gathers, one more to check
+        steps = int(remaining.max(initial=1) - 1).bit_length()
+        half, probe = np.empty_like(remaining), np.empty_like(remaining)
+        below = np.empty(len(rows), dtype=bool)
+        for _ in range(steps):  # in place: these arrays are as long as the rows asked for
+            np.right_shift(remaining, 1, out=half)
+            np.add(base, half, out=probe)
+            np.less_equal(self._gather_ids(starts, probe), rows, out=below)
+            np.copyto(base, probe, where=below)
+            np.subtract(remaining, half, out=remaining)
         if len(rows):
-            found = sizes > 0  # an empty list holds no row (and its ids may start at the end of the file)
+            found = (sizes > 0) & (base < sizes)  # an empty list holds no row (its ids may start at the file's end)
             found[found] = self._gather_ids(starts[found], base[found]) == rows[found]
             if not found.all():
                 row = int(rows[~found][0])
@@ -419,7 +457,7 @@ def write_format_2(folder: Path, target: Path, code_size: int) -> None:
     folder, target = Path(folder), Path(target)
     target.mkdir(parents=True, exist_ok=True)
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    names = [name for name in meta["files"] if name not in (ASSIGN_FILE, LISTS_FILE)]
+    names = [name for name in meta["files"] if name not in (ASSIGN_FILE, BUCKETS_FILE, LISTS_FILE)]
     for name in (*names, ENCODER_FILE):
         try:
             os.link(folder / name, target / name)

@@ -41,7 +41,8 @@ def test_format_3_and_format_2_give_the_same_vectors_and_results(tiny_encoder, t
     dataset = tiny_dataset(WORDS)
     path = build_code_index(dataset, options)
     meta = index_metadata(path)
-    assert meta["format"] == 3 and ivf.ASSIGN_FILE in meta["files"] and ivf.RANKS_FILE not in meta["files"]
+    assert meta["format"] == 3 and ivf.RANKS_FILE not in meta["files"]
+    assert {ivf.ASSIGN_FILE, ivf.BUCKETS_FILE} <= set(meta["files"])
     lists = meta["ivf_lists"]
     assert lists == ivf.list_count(meta["vectors"]) > 1
     assign = np.load(path / ivf.ASSIGN_FILE)
@@ -73,14 +74,22 @@ def test_format_3_and_format_2_give_the_same_vectors_and_results(tiny_encoder, t
     for query_id, hits in expected.items():
         assert [(h.doc_id, h.score) for h in got[query_id]] == [(h.doc_id, h.score) for h in hits]
     assert evaluate(got, dataset.qrels, "nDCG@10").aggregate == evaluate(expected, dataset.qrels, "nDCG@10").aggregate
-    # a list number that does not match the lists is a damaged index, named as such
+    # the buckets only narrow the search: without them (each row searched in its whole list) the same vectors
+    assert new.buckets is not None and new.buckets.shape == (lists, ((len(new) - 1) >> new.shift) + 2)
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in (ivf.DATA_FILE, ivf.LISTS_FILE):
         (broken / name).write_bytes((path / name).read_bytes())
+    np.save(broken / ivf.ASSIGN_FILE, assign)
+    unbucketed = ivf.ListVectors(broken, True, 32)
+    assert unbucketed.buckets is None and np.array_equal(np.asarray(unbucketed), everything)
+    # a list number that does not match the lists is a damaged index, named as such
     wrong = assign.copy()
     wrong[5] = (wrong[5] + 1) % lists
     np.save(broken / ivf.ASSIGN_FILE, wrong)
+    with pytest.raises(PipelineError, match="row 5 is not in inverted list"):
+        ivf.ListVectors(broken, True, 32)[[4, 5]]
+    (broken / ivf.BUCKETS_FILE).write_bytes((path / ivf.BUCKETS_FILE).read_bytes())
     with pytest.raises(PipelineError, match="row 5 is not in inverted list"):
         ivf.ListVectors(broken, True, 32)[[4, 5]]
 
