@@ -28,7 +28,7 @@ demo: install
 	$(BIN)/python -m pipeline.run --reranker hcan
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 bench: install
 	$(BIN)/python benchmarks/first_stage.py --output benchmarks/results/first-stage/bm25-rm3.md
