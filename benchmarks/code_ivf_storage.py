@@ -19,6 +19,10 @@ supplies the encoder). Steps, each a subcommand:
     alternates too): ms/query end to end and of the exact MaxSim stage (where the vectors are read), the
     lookup alone (``vectors[rows]`` for the rows of the documents each query re-scored), whether every
     query's results are identical, nDCG@10 and R@100 of both.
+``lookup``
+    The row lookup alone (``vectors[rows]``, the stored vectors of 256 documents drawn at random, seeded),
+    this thread's CPU time, three ways rotating call by call: format 3 with its bucket table, format 3
+    searching each row's whole list (the table ignored), format 2.
 ``report``
     The tables (Markdown and JSON).
 
@@ -171,6 +175,8 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
     for retriever in retrievers.values():
         retriever.search(queries[:5], K)  # warm-up: the model, the lists' pages
     ms = {layout: [] for layout in LAYOUTS}
+    cpu = {layout: [] for layout in LAYOUTS}  # this thread's CPU time: what the load's preemption does not inflate
+    lookup_cpu = {layout: [] for layout in LAYOUTS}
     maxsim = {layout: [] for layout in LAYOUTS}
     lookup = {layout: [] for layout in LAYOUTS}
     runs = {layout: {} for layout in LAYOUTS}
@@ -179,9 +185,10 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
         order = LAYOUTS if number % 2 == 0 else LAYOUTS[::-1]
         for layout in order:
             probes[layout].reset()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             hits = retrievers[layout].search([query], K)
             ms[layout].append(1000 * (time.perf_counter() - started))
+            cpu[layout].append(1000 * (time.thread_time() - cpu_started))
             maxsim[layout].append(1000 * probes[layout].times["maxsim_scores"])
             runs[layout].update(hits)
         got, expected = runs["format-3"][query.query_id], runs["format-2"][query.query_id]
@@ -192,27 +199,58 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
         rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in numbers])
         rows_read.append(len(rows))
         for layout in order:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             retrievers[layout].vectors[rows]
             lookup[layout].append(1000 * (time.perf_counter() - started))
+            lookup_cpu[layout].append(1000 * (time.thread_time() - cpu_started))
     qrels = [q for q in dataset.qrels if q.query_id in {q.query_id for q in queries}]
     scores = {layout: evaluate(runs[layout], qrels, "nDCG@10 R@100").aggregate for layout in LAYOUTS}
     summary = {layout: {"ms_per_query": float(np.mean(ms[layout])), "ms_median": float(np.median(ms[layout])),
                         "maxsim_ms": float(np.mean(maxsim[layout])), "lookup_ms": float(np.mean(lookup[layout])),
                         "lookup_ms_median": float(np.median(lookup[layout])),
+                        "cpu_ms_per_query": float(np.mean(cpu[layout])), "cpu_ms_median": float(np.median(cpu[layout])),
+                        "lookup_cpu_ms": float(np.mean(lookup_cpu[layout])),
                         "nDCG@10": scores[layout]["nDCG@10"], "R@100": scores[layout]["R@100"]} for layout in LAYOUTS}
     return {"date": _now(), "load_before": None, "queries": len(queries), "nprobe": nprobe,
             "identical_queries": identical, "lookup_rows_mean": float(np.mean(rows_read)),
             "lookup_rows": "the stored vectors of 256 documents drawn at random per query (seeded)",
             "ms_ratio_format3_over_format2": float(np.mean(ms["format-3"]) / np.mean(ms["format-2"])),
+            "cpu_ratio_format3_over_format2": float(np.mean(cpu["format-3"]) / np.mean(cpu["format-2"])),
             "layouts": summary}
+
+
+def lookup(work: Path, vectors: int, calls: int) -> dict:
+    """CPU time of ``vectors[rows]``: format 3 with and without its buckets, and format 2."""
+    from indexes.codes import ivf
+
+    folder = size_folder(work, vectors)
+    bucketed = ivf.ListVectors(folder / "format-3", True, 512)
+    whole_lists = ivf.ListVectors(folder / "format-3", True, 512)
+    whole_lists.buckets = None
+    previous = ivf.ListVectors(folder / "format-2", True, 512)
+    offsets = np.load(folder / "format-3" / "doc_offsets.npy")
+    ways = {"format 3": bucketed, "format 3 without buckets": whole_lists, "format 2": previous}
+    cpu = {name: [] for name in ways}
+    rows_read = []
+    for number in range(calls):
+        documents = np.random.default_rng(number).choice(len(offsets) - 1, size=256, replace=False)
+        rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in documents])
+        rows_read.append(len(rows))
+        order = list(ways.items())
+        for name, stored in order[number % 3:] + order[: number % 3]:
+            started = time.thread_time()
+            stored[rows]
+            cpu[name].append(1000 * (time.thread_time() - started))
+    return {"date": _now(), "calls": calls, "rows_mean": float(np.mean(rows_read)),
+            "cpu_ms": {name: float(np.mean(x)) for name, x in cpu.items()},
+            "cpu_ms_median": {name: float(np.median(x)) for name, x in cpu.items()}}
 
 
 def render(work: Path, command: str) -> tuple[str, dict]:
     results = []
     for folder in sorted((work / "storage").iterdir(), key=lambda p: (p.name == "all", p.name)):
         facts = {}
-        for step in ("build", "rss", "time"):
+        for step in ("build", "rss", "time", "lookup"):
             if (folder / f"{step}.json").is_file():
                 facts[step] = json.loads((folder / f"{step}.json").read_text())
         if "build" in facts:
@@ -262,13 +300,15 @@ def render(work: Path, command: str) -> tuple[str, dict]:
                          f"{m['date']} | {' '.join(m['load_before'])} / {' '.join(m['load_after'])} |")
     lines += ["", "## Speed and results, both layouts in one process", "",
               "One thread, the layouts alternating query by query (the first of each pair alternating too). "
-              "ms/query: `search([query], 100)` end to end; exact MaxSim: the stage that reads the candidates' "
+              "ms/query: `search([query], 100)` end to end, wall clock and this thread's CPU time (the load's "
+              "preemption inflates the wall clock, not the CPU time); exact MaxSim: the stage that reads the candidates' "
               "vectors out of the lists; lookup: `vectors[rows]` alone for the stored vectors of 256 documents "
               "drawn at random per query. Identical: queries whose 100 results (ids and scores) are the same in "
               "both layouts.", "",
-              "| vectors | queries | nprobe | ms/query format 3 (mean / median) | format 2 | ratio 3 / 2 | exact MaxSim "
-              "ms (3 / 2) | lookup ms (3 / 2), rows | identical | nDCG@10 (3 / 2) | R@100 (3 / 2) | date | "
-              "load before / after |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| vectors | queries | nprobe | ms/query format 3 (mean / median) | format 2 | ratio 3 / 2 | CPU ms/query "
+              "(3 / 2) | CPU ratio | exact MaxSim ms (3 / 2) | lookup ms (3 / 2), CPU ms (3 / 2), rows | identical | "
+              "nDCG@10 (3 / 2) | R@100 (3 / 2) | date | load before / after |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "time" not in r:
             continue
@@ -276,30 +316,46 @@ def render(work: Path, command: str) -> tuple[str, dict]:
         three, two = t["layouts"]["format-3"], t["layouts"]["format-2"]
         lines.append(f"| {r['build']['vectors']:,} | {t['queries']} | {t['nprobe']} | {three['ms_per_query']:.1f} / "
                      f"{three['ms_median']:.1f} | {two['ms_per_query']:.1f} / {two['ms_median']:.1f} | "
-                     f"{t['ms_ratio_format3_over_format2']:.3f} | {three['maxsim_ms']:.1f} / {two['maxsim_ms']:.1f} | "
-                     f"{three['lookup_ms']:.2f} / {two['lookup_ms']:.2f}, {t['lookup_rows_mean']:,.0f} | "
+                     f"{t['ms_ratio_format3_over_format2']:.3f} | {three['cpu_ms_per_query']:.1f} / "
+                     f"{two['cpu_ms_per_query']:.1f} | {t['cpu_ratio_format3_over_format2']:.3f} | "
+                     f"{three['maxsim_ms']:.1f} / {two['maxsim_ms']:.1f} | "
+                     f"{three['lookup_ms']:.2f} / {two['lookup_ms']:.2f}, {three['lookup_cpu_ms']:.2f} / "
+                     f"{two['lookup_cpu_ms']:.2f}, {t['lookup_rows_mean']:,.0f} | "
                      f"{t['identical_queries']} of {t['queries']} | {three['nDCG@10']:.4f} / {two['nDCG@10']:.4f} | "
                      f"{three['R@100']:.4f} / {two['R@100']:.4f} | {t['date']} | {' '.join(t['load_before'])} / "
                      f"{' '.join(t['load_after'])} |")
+    lines += ["", "The lookup alone (`lookup` step): `vectors[rows]` for the stored vectors of 256 documents drawn at "
+              "random (seeded), this thread's CPU time, the three ways rotating call by call.", "",
+              "| vectors | calls | rows per call | format 3 CPU ms (mean / median) | format 3 without buckets | "
+              "format 2 | date | load before / after |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "lookup" not in r:
+            continue
+        x = r["lookup"]
+        lines.append(f"| {r['build']['vectors']:,} | {x['calls']} | {x['rows_mean']:,.0f} | " + " | ".join(
+            f"{x['cpu_ms'][n]:.2f} / {x['cpu_ms_median'][n]:.2f}" for n in ("format 3", "format 3 without buckets",
+                                                                           "format 2"))
+            + f" | {x['date']} | {' '.join(x['load_before'])} / {' '.join(x['load_after'])} |")
     lines += ["", "| vectors | lists | k-means s | add s | merge s (format 3) | format-2 copy s |", "|---|---|---|---|---|---|"]
     for r in results:
         b = r["build"]["builds"]
         lines.append(f"| {r['build']['vectors']:,} | {r['build']['ivf_lists']} | {b['kmeans_s']:.1f} | {b['add_s']:.1f} | "
                      f"{b['merge_s']:.1f} | {b['format_2_copy_s']:.1f} |")
-    commands = [r[s]["command"] for r in results for s in ("build", "rss", "time") if s in r]
+    commands = [r[s]["command"] for r in results for s in ("build", "rss", "time", "lookup") if s in r]
     lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in commands) + "."]
     return "\n".join(lines), {"command": command, "date": _now(), "sizes": results}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["build", "rss", "rss-child", "time", "report"])
+    parser.add_argument("step", choices=["build", "rss", "rss-child", "time", "lookup", "report"])
     parser.add_argument("--work", type=Path, required=True, help="code_real_scaling.py's work folder")
     parser.add_argument("--vectors", type=int, default=0, help="size: the first shards holding this many (0: all)")
     parser.add_argument("--ivf-nlist", type=int, default=0, help="build: IVF lists (0: the default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--simulate", default="simulate-4M.json", help="the simulate step's JSON (its encoder)")
-    parser.add_argument("--queries", type=int, default=200, help="rss / time: the first N queries of the union")
+    parser.add_argument("--queries", type=int, default=200,
+                        help="rss / time: the first N queries of the union; lookup: calls")
     parser.add_argument("--nprobe", type=int, default=16, help="rss / time: lists visited per query token")
     parser.add_argument("--index", type=Path, help="rss-child: the index")
     parser.add_argument("--output", help="report: Markdown file (JSON beside it)")
@@ -320,6 +376,9 @@ def main(argv=None) -> None:
         result = build(work, args.vectors, args.ivf_nlist, args.seed, args.simulate)
     elif args.step == "rss":
         result = rss(work, args.vectors, args.queries, args.nprobe)
+    elif args.step == "lookup":
+        load_before = load_average()
+        result = {**lookup(work, args.vectors, args.queries), "load_before": load_before, "load_after": load_average()}
     else:
         load_before = load_average()
         result = {**timing(work, args.vectors, args.queries, args.nprobe), "load_before": load_before,

@@ -79,8 +79,8 @@ def storage_bytes(path: Path) -> int:
 
 
 def check_format(path: Path, meta: dict) -> int:
-    """The layout version of the index at ``path`` (one of :data:`READ_FORMATS`, the newest
-    :data:`INDEX_FORMAT`); an index written by a newer version of this code is refused with a message to
+    """The layout version of the index at ``path`` (one of :data:`READ_FORMATS`, the newest ``INDEX_FORMAT``,
+    what a build writes); an index written by a newer version of this code is refused with a message to
     rebuild it."""
     version = int(meta.get("format", 1))
     if version not in READ_FORMATS:

@@ -17,9 +17,11 @@ position in its list is a binary search of the row among the list's ids, memory-
 number: :data:`ASSIGN_FILE`, uint16 while there are at most 65,536 lists (uint8 up to 256, uint32 beyond).
 :data:`BUCKETS_FILE` narrows the search: for every list and every run of ``2^shift`` rows (about
 :data:`BUCKET_ENTRIES` x lists rows), where in the list that run's rows begin (uint32), so a row is searched
-among about 33 ids (6 halving steps at most on these indexes) instead of its whole list (11-13 steps here,
-17 at MS MARCO's list lengths): 4 bytes per ~33 vectors, 0.12 byte per vector. The lookup is vectorised over
-all the rows asked for at once: one gather of ids per halving step. Format 2 stored each row's position in
+among about 33 ids of an average list (at most 8 halving steps on the real-code indexes of SCALING.md)
+instead of its whole list (11-13 steps there, about 17 at MS MARCO's list lengths): 4 bytes per ~33 vectors,
+0.12 byte per vector. The lookup is vectorised over all the rows asked for at once: one gather of ids per
+halving step; it costs 0.1-0.14 us of CPU more per vector than format 2's one gather of positions
+(``benchmarks/results/codes/ivf-storage.md``). Format 2 stored each row's position in
 list order instead (:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
 
 Bytes per 512-bit code: 64 of code and 8 of faiss id (faiss stores an int64 id per entry; the lists alone
