@@ -3,10 +3,11 @@ collections whose token vectors do not fit a flat index in memory (MS MARCO pass
 
 Built from the encoded shards without holding them all: the coarse quantizer is trained (k-means, on the
 GPU when faiss sees one) on a seeded sample of the shards' vectors (:data:`TRAIN_PER_LIST` per list, at most
-:data:`MAX_TRAIN` vectors; the default number of lists is ``4 sqrt(vectors)``, at most 32,768), each shard is added to its own copy of the trained index (a block of inverted
-lists; under torchrun each rank adds its own run of consecutive shards), and faiss merges the blocks' lists on disk into
-:data:`DATA_FILE` (``OnDiskInvertedLists.merge_from_multiple``, what ``faiss.contrib.ondisk.merge_ondisk``
-does for float indexes). The lists are the only copy of the vectors: the exact MaxSim of the candidates
+:data:`MAX_TRAIN` vectors; the default number of lists is ``4 sqrt(vectors)``, at most 32,768), each shard
+is added to its own copy of the trained index (a block of inverted lists; under torchrun each rank adds its
+own run of consecutive shards), and faiss merges the blocks' lists on disk into :data:`DATA_FILE`
+(``OnDiskInvertedLists.merge_from_multiple``, what ``faiss.contrib.ondisk.merge_ondisk`` does for float
+indexes). The lists are the only copy of the vectors: the exact MaxSim of the candidates
 reads a document's vectors out of them. faiss lays a merged list out as its codes, then its ids (int64, the
 vectors' row numbers), ``capacity`` entries each (capacity = size after a merge); :data:`LISTS_FILE` records
 each list's byte offset, size and capacity.
@@ -21,16 +22,17 @@ among about 33 ids of an average list (at most 8 halving steps on the real-code 
 instead of its whole list (11-13 steps there, about 17 at MS MARCO's list lengths): 4 bytes per ~33 vectors,
 0.12 byte per vector. The lookup is vectorised over all the rows asked for at once: one gather of ids per
 halving step; it costs 0.1-0.14 us of CPU more per vector than format 2's one gather of positions
-(``benchmarks/results/codes/ivf-storage.md``). Format 2 stored each row's position in
-list order instead (:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
+(``benchmarks/results/codes/ivf-storage.md``). Format 2 stored each row's position in list order instead
+(:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
 
 Bytes per 512-bit code: 64 of code and 8 of faiss id (faiss stores an int64 id per entry; the lists alone
 cannot be smaller than 72), plus what the re-scoring needs to find a candidate document's rows in the lists:
 each row's list, ``log2(lists)`` bits at least (11 bits for 2,000 lists, 15 for 32,768), stored as 2 bytes,
 and the buckets' 0.12: 74.1 bytes (format 2: 76; format 1 stored the codes a second time in ``vectors.npy``:
-136). Packing the list numbers into ``ceil(log2(lists))`` bits would save 0.4-0.6 byte more; reaching 72
-would need faiss lists without per-entry ids. The index also stores per document its offset and its id (about 1 byte per vector on the
-shipped collections, 29 vectors per document): measured totals in SCALING.md. At search time the lists are
+136). The lower bound of this design is therefore 72 + ``log2(lists)`` bits, 73.4-73.9 bytes: packing the
+list numbers into ``ceil(log2(lists))`` bits would save 0.1-0.6 byte more; reaching 72 would need faiss
+lists without per-entry ids. The index also stores per document its offset and its id (1.2 bytes per vector
+on the shipped collections, 29 vectors per document; measured 75.4 in all: SCALING.md). At search time the lists are
 memory-mapped (faiss's on-disk lists): only the probed lists and the candidates' vectors are read. ``nprobe``
 lists are visited per query token: recall against the flat index grows with it
 (``benchmarks/code_index_scaling.py``, SCALING.md).
