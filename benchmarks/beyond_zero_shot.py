@@ -17,7 +17,9 @@ tuning queries: the tuned weight only when its cross-validated gain over the fir
 else the first stage), and evaluates both on the test queries exactly as ``reproduce.py`` does (paired
 t-test against the first stage, Holm-corrected over the rows alone / combined). Its JSON has
 ``reproduce.py``'s layout (``first_stage``, ``results`` with per-seed values and p-values) plus every fold's
-weights and the safe rule's evidence.
+weights, the safe rule's evidence and the test queries' per-query main metric at every grid weight
+(``test_values``), from which ``benchmarks/safe_rule_replay.py`` replays any weight rule; ``build`` counts the
+safe rule of such a file as that replay of :func:`pipeline.engine.fusion.decide_weight`.
 
 ``build`` reads only result files: nothing in ``beyond-zero-shot.json`` is computed from anything else, and a
 number no file holds is ``null`` with the reason.
@@ -205,6 +207,7 @@ def table_counts() -> dict:
                 totals[rule]["rows_with_p"] += 1
         details.append(entry)
     remeasured = [d for d in details if d.get("safe")]
+    replayed = [f"{d['collection']} {d['model']}" for d in remeasured if d.get("safe_rule_source")]
     return {"metric": "each collection's main metric; a seed counts when p < .05 (paired t-test vs the first "
                       "stage, Holm-corrected over the rows alone/combined, as recorded by the run)",
             "below_first_stage_count": {"old_rule": totals["old"]["below"], "safe_rule": totals["safe"]["below"]},
@@ -212,7 +215,10 @@ def table_counts() -> dict:
             "safe_rule_counts_note": f"{len(remeasured)} rows re-measured under the safe rule; seeds not "
                                      "re-measured (whole rows, or the seeds a row lists in "
                                      "safe_totals_use_old_seeds) enter the safe rule's totals with their old-rule "
-                                     "marks",
+                                     f"marks; {len(replayed)} rows ({', '.join(replayed)}) are the rule "
+                                     "--interpolate auto applies now (pipeline.engine.fusion.decide_weight: kept, "
+                                     "shrunk or first stage) replayed from their per-weight test values, the "
+                                     "others as recorded under the rule they were measured with",
             "rows": details}
 
 

@@ -156,7 +156,8 @@ def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_
             "rules": {"old": "pipeline.engine.fusion.tune_weight on each fold's dev queries (best mean, any gain)",
                       "safe": f"pipeline.engine.fusion.choose_weight on each fold's tuning queries "
                               f"({'train + dev: a given checkpoint saw none' if given else 'dev'}), level "
-                              f"{fusion.SAFE_LEVEL}, fallback w=1",
+                              f"{fusion.SAFE_LEVEL}; a positive unproven held-out gain moves {fusion.SHRINK:g} of the "
+                              f"way from w=1 towards the tuned weight; no positive gain: w=1",
                       **({"safe-dev": "choose_weight on the dev queries only (to separate the two changes)"}
                          if given else {})},
             "first_stage": baseline, "results": results, "folds": folds_out,
