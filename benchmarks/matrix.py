@@ -62,7 +62,16 @@ class Source:
             [0.1...]
         """
         if self.file.endswith(".json"):
-            return [float(v) for v in load_json(self.file)["results"][self.row][metric]]
+            data = load_json(self.file)
+            if self.row.endswith("+safe"):
+                # the rule --interpolate auto applies now, replayed where the file records every weight's
+                # test values (beyond_zero_shot.safe_result checks the replay against the recorded rows)
+                from beyond_zero_shot import safe_result
+
+                replayed = safe_result(data, self.row) or {}
+                if metric in replayed:
+                    return [float(v) for v in replayed[metric]]
+            return [float(v) for v in data["results"][self.row][metric]]
         return markdown_values(self.file, self.row, metric)
 
     def command(self) -> str:
@@ -255,8 +264,10 @@ def render() -> str:
     metrics = "; ".join(f"{c.label} {c.metric}" for c in COLUMNS)
     lines = [f"Main metric per collection: {metrics}. Mean ± sample sd over seeds (n = seeds); float32 unless "
              "marked bf16; \"—\" = not measured. The first row is the first stage alone (deterministic); "
-             "\"tuned weight\" is the weight tuned on the dev queries, \"safe rule\" keeps the first stage unless "
-             "the tuned weight's gain is significant (the current `--interpolate auto`). Each cell links to its "
+             "\"tuned weight\" is the weight tuned on the dev queries, \"safe rule\" is the current "
+             "`--interpolate auto`: the tuned weight when its cross-validated gain is significant, half-way from "
+             "the first stage towards it when the gain is positive but not significant, else the first stage "
+             "(replayed from each file's per-weight test values where it records them). Each cell links to its "
              "result file and the command that wrote it (the list under the matrix). Regenerate with "
              "`python benchmarks/matrix.py --update BENCHMARKS.md`.",
              "",

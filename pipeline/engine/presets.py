@@ -13,8 +13,8 @@ What was measured (effectiveness table, 3 seeds, paired t-test against the first
 
 So ``auto`` takes the measured best pipeline of a built-in collection (:data:`MEASURED`), and for any other
 collection, with training queries or without, the zero-shot bi-encoder combined with the first stage: with
-judged queries the weight is tuned by the safe rule (:func:`pipeline.engine.fusion.choose_weight`: the first stage
-is kept unless tuning's gain is proven), without any it is the fixed :data:`UNJUDGED_WEIGHT`.
+judged queries the weight is tuned by the safe rule (:func:`pipeline.engine.fusion.choose_weight`: the tuned weight
+when tuning's gain is proven, half-way towards it when the gain is positive but unproven, else the first stage), without any it is the fixed :data:`UNJUDGED_WEIGHT`.
 docs/recommendations.md has the table behind it.
 """
 from __future__ import annotations
