@@ -74,13 +74,19 @@ def in_batch_loss(scores, units: Sequence):
 
     docs, offsets = _columns(units)
     grouped = scores.view(len(units), len(docs))
-    positives: dict[str, set[str]] = {}
-    for query, unit_docs, labels in units:
-        positives.setdefault(query.query_id, set()).update(
-            doc.doc_id for doc, label in zip(unit_docs, labels) if label > 0)
-    # built from the ids in Python once, then moved as one tensor: no per-cell tensor writes
-    mask = torch.tensor([[column != offsets[row] and doc.doc_id in positives[query.query_id]
-                          for column, doc in enumerate(docs)] for row, (query, _, _) in enumerate(units)],
-                        dtype=torch.bool, device=grouped.device)
+    # which (query, document id) pairs are judged positive, as a small table indexed by query and document:
+    # the [units, D] mask is then one gather (a document may appear in several columns, a query in several rows)
+    query_numbers: dict[str, int] = {}
+    doc_numbers: dict[str, int] = {}
+    row_queries = [query_numbers.setdefault(query.query_id, len(query_numbers)) for query, _, _ in units]
+    column_docs = [doc_numbers.setdefault(doc.doc_id, len(doc_numbers)) for doc in docs]
+    positive = [(query_numbers[query.query_id], doc_numbers[doc.doc_id])
+                for query, unit_docs, labels in units for doc, label in zip(unit_docs, labels) if label > 0]
+    relevant = torch.zeros(len(query_numbers), len(doc_numbers), dtype=torch.bool)
+    if positive:
+        relevant[tuple(torch.tensor(positive).T)] = True
+    mask = relevant[torch.tensor(row_queries)][:, torch.tensor(column_docs)]
+    mask[torch.arange(len(units)), torch.tensor(offsets)] = False  # the row's own target stays
+    mask = mask.to(grouped.device)
     target = torch.tensor(offsets, dtype=torch.long, device=scores.device)
     return F.cross_entropy(grouped.masked_fill(mask, float("-inf")), target)
