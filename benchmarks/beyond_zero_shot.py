@@ -193,8 +193,7 @@ def table_counts() -> dict:
         # per seed: the safe rule's count where that seed was re-measured, else the old rule's (said per row)
         old_marks = seed_marks(combined, row["metric"], first)
         safe_marks = dict(old_marks)
-        if entry.get("safe"):
-            safe_row = safe_result(safe, f"{row['row']}+safe")
+        if entry.get("safe"):  # safe_row: the re-measurement's row read above
             safe_marks.update(seed_marks(safe_row, row["metric"], safe["first_stage"][row["metric"]]))
             kept_old = sorted(set(old_marks) - set(seed_marks(safe_row, row["metric"], 0.0)))
             if kept_old:
@@ -246,7 +245,7 @@ COLLECTIONS = [
       ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-cross-encoder.json", "cross-encoder"),
       ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-addax.json", "addax"),
       ("HCAN (2 epochs x 3,200 pairs)", "dl/2019-hcan.json", "hcan"),
-      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, seed 1 of 3)", "dl/2019-bi-encoder-in-batch.json",
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2019-bi-encoder-in-batch.json",
        "bi-encoder-in-batch")]),
     ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json",
      [("DRMM", "dl/2020-knrm-drmm.json", "drmm"), ("KNRM", "dl/2020-knrm-drmm.json", "knrm"),

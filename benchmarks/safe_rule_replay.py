@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from pipeline.core.formats import natural_key  # noqa: E402
 from pipeline.engine import fusion  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,15 +48,19 @@ class ReplayError(Exception):
     """A file that cannot be replayed or does not reproduce its recorded rows (one line)."""
 
 
-def snap_towards_first_stage(weight: float, grid=fusion.DEFAULT_GRID) -> float:
-    """The smallest grid weight at or above ``weight``: a weight off the grid moves towards the first stage."""
-    return min(g for g in grid if g >= weight - 1e-9)
-
-
 def shrunk(tuned: float, factor: float, grid=fusion.DEFAULT_GRID) -> float:
-    """``1 - factor * (1 - tuned)`` snapped to the grid towards the first stage (``factor`` 1: the tuned weight,
-    0: the first stage alone)."""
-    return snap_towards_first_stage(1.0 - max(0.0, min(1.0, factor)) * (1.0 - tuned), grid)
+    """``factor`` of the way from the first stage towards ``tuned``, on the grid
+    (:func:`pipeline.engine.fusion.shrink_towards_first_stage`)."""
+    return fusion.shrink_towards_first_stage(tuned, factor, grid)
+
+
+def t_from_one_sided_p(p_value: float, queries: int) -> float:
+    """The t statistic (``queries - 1`` degrees of freedom) whose one-sided p-value is ``p_value``."""
+    from scipy import stats
+
+    if queries < 2:
+        return 0.0
+    return float(stats.t.isf(p_value, queries - 1))
 
 
 def evidence(fold: Mapping) -> tuple[float, int, float, float]:
@@ -72,16 +78,15 @@ def rule_old(fold: Mapping) -> float:
     return fold["old_weight"]
 
 
-def rule_safe(fold: Mapping) -> float:
-    tuned, queries, gain, p = evidence(fold)
-    return tuned if proven(queries, gain, p) else 1.0
-
-
 def rule_level(level: float) -> Callable[[Mapping], float]:
+    """Keep the tuned weight when its evidence clears ``level``, else the first stage."""
     def rule(fold: Mapping) -> float:
         tuned, queries, gain, p = evidence(fold)
         return tuned if proven(queries, gain, p, level) else 1.0
     return rule
+
+
+rule_safe = rule_level(fusion.SAFE_LEVEL)
 
 
 def rule_positive(fold: Mapping) -> float:
@@ -102,7 +107,7 @@ def rule_shrink_t(fold: Mapping) -> float:
         return tuned
     if queries < fusion.MIN_TUNING_QUERIES or gain <= 0:
         return 1.0
-    t = fusion.t_from_one_sided_p(p, queries)
+    t = t_from_one_sided_p(p, queries)
     return shrunk(tuned, 1.0 - 1.0 / (t * t) if t > 0 else 0.0)
 
 
@@ -129,12 +134,6 @@ RULES: dict[str, tuple[str, Callable[[Mapping], float]]] = {
                  rule_shrink_t),
     "current": ("pipeline.engine.fusion.decide_weight, the rule --interpolate auto applies now", rule_current),
 }
-
-
-def natural_key(query_id: str):
-    from pipeline.core.formats import natural_key as key
-
-    return key(query_id)
 
 
 def labels(data: Mapping) -> tuple[str, str, str]:
@@ -235,19 +234,14 @@ def all_proven(data: Mapping) -> bool:
     """Whether every recorded fold kept its tuned weight with significant evidence (so any rule that only
     alters the non-significant case applies the same weights)."""
     folds = [fold for seed in (data.get("folds") or {}).values() for fold in seed]
-    return bool(folds) and all(rule_safe(fold) == fold["safe"]["tuned"] and proven(*evidence(fold)[1:])
-                               for fold in folds)
+    return bool(folds) and all(proven(*evidence(fold)[1:]) for fold in folds)
 
 
 def safe_files() -> list[str]:
     """The re-measurement files of ``beyond_zero_shot.py`` (relative to benchmarks/results), in its order."""
-    import importlib.util
+    from beyond_zero_shot import SAFE_FILES  # here: it imports this module in turn
 
-    spec = importlib.util.spec_from_file_location("beyond_zero_shot_for_replay",
-                                                  Path(__file__).resolve().parent / "beyond_zero_shot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(dict.fromkeys(module.SAFE_FILES.values()))
+    return list(dict.fromkeys(SAFE_FILES.values()))
 
 
 def summarise(files: list[str], results: Path = RESULTS) -> dict:

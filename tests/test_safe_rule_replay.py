@@ -68,12 +68,12 @@ def test_rules_shrink_only_the_unproven_positive_gain():
     assert rules["shrink-half"](unproven) == 0.7  # half-way from 1 to .4
     for name in rules:
         assert rules[name](proven_fold) == 0.3, name
-    assert fusion.t_from_one_sided_p(0.2, 12) < 1 and rules["shrink-t"](unproven) == 1.0  # 1 - 1/t^2 < 0
+    assert replay.t_from_one_sided_p(0.2, 12) < 1 and rules["shrink-t"](unproven) == 1.0  # 1 - 1/t^2 < 0
     nearly = copy.deepcopy(unproven)
     nearly["safe"]["p_one_sided"] = 0.08
-    t = fusion.t_from_one_sided_p(0.08, 12)
+    t = replay.t_from_one_sided_p(0.08, 12)
     assert t == pytest.approx(stats.t.isf(0.08, 11))
-    assert rules["shrink-t"](nearly) == replay.snap_towards_first_stage(1 - (1 - 1 / t ** 2) * 0.6) < 1.0
+    assert rules["shrink-t"](nearly) == fusion.shrink_towards_first_stage(1 - (1 - 1 / t ** 2) * 0.6, 1.0) < 1.0
     assert replay.shrunk(0.35, 0.5) == 0.7  # .675 is off the grid: towards the first stage
     losing = copy.deepcopy(unproven)
     losing["safe"].update(held_out_gain=-0.01, p_one_sided=0.7)

@@ -249,8 +249,9 @@ def choose_weight(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str 
     Bi-Match-SRNN, Vaswani and NFCorpus KNRM, 3 seeds each) the seeds significantly above / below the first
     stage are 3 / 0 with this rule against 0 / 0 falling back, 4 / 0 with plain tuning, 3 / 0 keeping any
     positive gain whole, 2 / 0 at p < .20, 0 / 0 at p < .10 or shrinking by max(0, 1 - 1/t^2); the rows
-    whose every fold had a significant gain (every bi-encoder row) are unchanged. The price: a re-ranker that is pure noise gets, where its held-out gain comes out positive by
-    chance, up to half the share plain tuning would give it, never the full share.
+    whose every fold had a significant gain (every bi-encoder row) are unchanged. The price: a re-ranker that
+    is pure noise gets, where its held-out gain comes out positive by chance, up to half the share plain tuning
+    would give it, never the full share.
 
     Example:
         >>> choice = choose_weight(dev_first, dev_reranked, dataset.qrels, "AP")
@@ -266,13 +267,17 @@ def choose_weight(first: Run, reranked: Run, qrels: Iterable[Qrel], metric: str 
     return decide_weight(tuned, len(gains), mean, p, grid, level)
 
 
-def t_from_one_sided_p(p_value: float, queries: int) -> float:
-    """The t statistic (``queries - 1`` degrees of freedom) whose one-sided p-value is ``p_value``."""
-    from scipy import stats
+def shrink_towards_first_stage(tuned: float, factor: float, grid: Sequence[float] = DEFAULT_GRID) -> float:
+    """The weight ``factor`` of the way from the first stage (1.0) towards ``tuned``, on ``grid``: a point off
+    the grid goes to the grid weight next to it on the first stage's side, so the weight is never further from
+    1 than ``factor`` says (``factor`` 1: ``tuned``; 0: 1.0).
 
-    if queries < 2:
-        return 0.0
-    return float(stats.t.isf(p_value, queries - 1))
+    Example:
+        >>> shrink_towards_first_stage(0.4, 0.5)
+        0.7
+    """
+    target = 1.0 - max(0.0, min(1.0, factor)) * (1.0 - tuned)
+    return min(w for w in (*grid, 1.0) if w >= target - 1e-9)
 
 
 def decide_weight(tuned: float, queries: int, held_out_gain: float, p_value: float,
@@ -303,10 +308,7 @@ def decide_weight(tuned: float, queries: int, held_out_gain: float, p_value: flo
         return WeightChoice(1.0, tuned, queries, held_out_gain, p_value, FIRST_STAGE, level)
     if p_value < level:
         return WeightChoice(tuned, tuned, queries, held_out_gain, p_value, KEPT, level)
-    # part of the way from 1 towards the tuned weight; a point off the grid goes to the grid weight next to it
-    # on the first stage's side, so the shrunk weight is never further from 1 than the fraction says
-    target = 1.0 - SHRINK * (1.0 - tuned)
-    weight = min(w for w in (*grid, 1.0) if w >= target - 1e-9)
+    weight = shrink_towards_first_stage(tuned, SHRINK, grid)
     return WeightChoice(weight, tuned, queries, held_out_gain, p_value, SHRUNK if weight < 1.0 else FIRST_STAGE,
                         level)
 
