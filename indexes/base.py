@@ -90,7 +90,6 @@ class BM25Settings:
     hybrid: Any = None
 
 
-
 def check_choice(what: str, value: Any, choices: Iterable[str]) -> None:
     """Refuse an option value that is not one of its choices.
 

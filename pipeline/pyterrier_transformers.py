@@ -28,7 +28,6 @@ INSTALL_HINT = ("PyTerrier is not installed: pip install 'neural-rerank-pipeline
 FRAME_NAME = "the PyTerrier frame"
 
 
-
 class PyTerrierMissing(PipelineError, ImportError):
     """PyTerrier is not installed (an :class:`ImportError` too, so ``except ImportError`` sees it)."""
 

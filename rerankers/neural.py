@@ -168,7 +168,6 @@ class WordReranker(PreparedVocabulary, TorchReranker):
         """
         return {}
 
-
     # -- tensors -----------------------------------------------------------------------------------
     def _tokens(self, doc: Doc) -> list[str]:
         key = (doc.doc_id, doc.text)

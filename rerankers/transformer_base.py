@@ -183,7 +183,6 @@ class TransformerReranker(TransformerPrecision, PretrainedExport, CachedWordPiec
         if self.module is None or self.tokenizer is None:
             raise PipelineError(f"{self.name} is not prepared: call prepare() or load a checkpoint")
 
-
     def pair_length(self, query: Query, doc: Doc) -> int:
         """Padded length that matters for batching: the document's word pieces (capped).
 

@@ -443,8 +443,6 @@ def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: b
     return index, vectors
 
 
-
-
 def write_format_2(folder: Path, target: Path, code_size: int) -> None:
     """A format-2 copy of the format-3 IVF index in ``folder`` (codes of ``code_size`` bytes) at ``target``:
     the same faiss index, lists, document files and encoder (hard links where the file system allows), each
