@@ -254,15 +254,15 @@ def render(results: list[dict], args, command: str) -> str:
 
 
 def combine(parts: list[str], output: str) -> None:
-    """Write ``output`` (.md and .json) from the results of runs made in separate processes (one dataset each,
-    run side by side): their Markdown one after the other, their JSON as a list."""
+    """Write ``output`` (.md and .json) from the results of runs made in separate processes (one dataset each):
+    their Markdown one after the other, their JSON as a list."""
     from pipeline.core.atomic import write_text
 
     texts = [Path(part).with_suffix(".md").read_text(encoding="utf-8") for part in parts]
     runs = [json.loads(Path(part).with_suffix(".json").read_text(encoding="utf-8")) for part in parts]
     title = "# Code first stage: pruning before exact MaxSim, end to end\n\n" + (
-        f"{len(parts)} runs, each in its own process (run side by side); each section below is one run with its "
-        "own command, date and load.\n\n")
+        f"{len(parts)} runs, each in its own process; each section below is one run with its own command, date and "
+        "load (compare configurations within a run).\n\n")
     write_text(Path(output).with_suffix(".md"), title + "\n".join("#" + text for text in texts))
     write_text(Path(output).with_suffix(".json"), json.dumps({"runs": runs}, indent=1) + "\n")
 
