@@ -11,6 +11,8 @@ import json
 import os
 import random
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -505,6 +507,26 @@ def write_tiny_pairs(root: Path) -> Path:
     write_pairs(root / "dev", 2, TOPICS[8:10])
     write_pairs(root / "test", 3, TOPICS[10:])
     return root
+
+
+@pytest.fixture(scope="module")
+def tiny_pairs(tmp_path_factory) -> Path:
+    """:func:`write_tiny_pairs` once per test module (a folder)."""
+    return write_tiny_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+def two_process_torchrun(*args: str) -> list[str]:
+    """The arguments of ``python -m torch.distributed.run`` with 2 processes on a free port, then ``args``."""
+    return ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), *args]
+
+
+def run_python_in(folder: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """``python ARGS`` with ``folder`` as the working directory, the repo and ``tests/`` importable, one OpenMP
+    thread and no progress bars; output captured, 10 minutes at most (the torchrun tests' processes)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'tests'}", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=600)
 
 
 def train_tiny(dataset, seed=7, use_dev=True, **extra):
