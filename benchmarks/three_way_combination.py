@@ -18,7 +18,8 @@ Per seed and fold (the dataset's protocol, as ``reproduce.py`` uses it):
 
 Reported: the main metric of both on the test queries, per seed, and the paired two-sided t-test of three-way
 against two-way; per-query values are kept. The zero-shot scores can be cached between invocations
-(``--score-cache``).
+(``--score-cache``). Seeds run in separate processes are put into one file with
+``python benchmarks/three_way_combination.py --merge PART.json ... --output MERGED.json``.
 """
 from __future__ import annotations
 
@@ -143,7 +144,45 @@ def write(args, out: dict, metric: str, started: float, partial: bool = False) -
     return data
 
 
+def merge(paths: list[Path], output: Path) -> dict:
+    """One result file from files of the same measurement (dataset, split, seed model, metric) over disjoint
+    seeds, e.g. seeds run in separate processes or a run stopped after some seeds and the rest: per-seed lists and per-query values side by side, in seed
+    order; the commands joined by `` ; ``; ``seconds`` summed."""
+    from safe_combination_measure import write_json
+
+    parts = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
+    same = ("dataset", "split", "seed_model", "zero_shot", "metric")
+    for path, part in zip(paths[1:], parts[1:]):
+        if any(part[key] != parts[0][key] for key in same):
+            raise SystemExit(f"{path}: not the same measurement as {paths[0]} ({', '.join(same)} differ)")
+    seeds = [seed for part in parts for seed in part["seeds"]]  # a file holds only seeds it finished
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"{', '.join(map(str, paths))}: a seed is in more than one file")
+    order = sorted(range(len(seeds)), key=seeds.__getitem__)
+    per_seed = {key: [value for part in parts for value in part[key]]
+                for key in ("two_way", "three_way", "p_three_vs_two", "first_stage")}
+    merged = {**{key: parts[0][key] for key in same}, "command": " ; ".join(part["command"] for part in parts),
+              "date": max(part["date"] for part in parts), "seconds": sum(part["seconds"] for part in parts),
+              "loadavg_at_end": " / ".join(part["loadavg_at_end"] for part in parts),
+              "seeds": [seeds[i] for i in order], **{key: [values[i] for i in order] for key, values in per_seed.items()},
+              "folds": {key: value for part in parts for key, value in part["folds"].items()},
+              "per_query": {name: {seed: values for part in parts for seed, values in part["per_query"][name].items()}
+                            for name in ("two_way", "three_way", "first_stage")}}
+    merged["mean"] = {"two_way": statistics.mean(merged["two_way"]), "three_way": statistics.mean(merged["three_way"])}
+    write_json(Path(output), merged)
+    return merged
+
+
 def main(argv=None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["--merge"]:  # --merge PART.json ... --output MERGED.json
+        *parts, flag, output = arguments[1:]
+        if flag != "--output" or not parts:
+            raise SystemExit("usage: three_way_combination.py --merge PART.json ... --output MERGED.json")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        merge([Path(part) for part in parts], Path(output))
+        print(f"wrote {output}")
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--split")
