@@ -22,7 +22,9 @@ weights, the safe rule's evidence and the test queries' per-query main metric at
 safe rule of such a file as that replay of :func:`pipeline.engine.fusion.decide_weight`.
 
 ``build`` reads only result files: nothing in ``beyond-zero-shot.json`` is computed from anything else, and a
-number no file holds is ``null`` with the reason.
+number no file holds is ``null`` with the reason. A collection's ``three_way`` lists the three-way combinations
+measured by ``benchmarks/three_way_combination.py`` (first stage + zero-shot bi-encoder + a trained seed model),
+each against its two-way step, the zero-shot combination of the same folds (:data:`THREE_WAY`).
 """
 from __future__ import annotations
 
@@ -256,6 +258,39 @@ COLLECTIONS = [
      [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm")]),
 ]
 
+#: per collection: the three-way combinations measured (first stage + zero-shot bi-encoder + a trained seed model,
+#: benchmarks/three_way_combination.py), each against its own two-way step (first stage + zero-shot bi-encoder)
+THREE_WAY = {
+    "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json"],
+    "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json"],
+    "DL19": ["dl/2019-three-way-bi-encoder-drmm.json", "dl/2019-three-way-bi-encoder-knrm.json",
+             "dl/2019-three-way-bi-encoder-hcan.json"],
+    "DL20": ["dl/2020-three-way-bi-encoder-drmm.json", "dl/2020-three-way-bi-encoder-knrm.json"],
+    "DL21": ["dl/2021-three-way-bi-encoder-drmm.json", "dl/2021-three-way-bi-encoder-knrm.json"],
+}
+
+
+def three_way_summary(file: str) -> dict | None:
+    """One three-way result file as the summary shows it (``None`` when the file is not there): the means, per
+    seed the paired two-sided p of three-way against two-way, and the seeds where the seed model's step is a
+    significant gain (p < .05 and three-way above two-way)."""
+    data = load(file)
+    if data is None:
+        return None
+    gains = [seed for seed, three, two, p in zip(data["seeds"], data["three_way"], data["two_way"],
+                                                 data["p_three_vs_two"]) if p < 0.05 and three > two]
+    entered = sum(fold["seed_model"]["weight_of_two_way"] < 1 for folds in data["folds"].values() for fold in folds)
+    return {"seed_model": data["seed_model"], "file": file, "recipe": f"python {data['command']}",
+            **({"partial": data["partial"]} if "partial" in data else {}),
+            "seeds": data["seeds"], "two_way": round(data["mean"]["two_way"], 4),
+            "three_way": round(data["mean"]["three_way"], 4),
+            "three_way_per_seed": [round(v, 4) for v in data["three_way"]],
+            "p_three_vs_two": [float(f"{p:.3g}") for p in data["p_three_vs_two"]],
+            "significant_gain_seeds": gains,
+            "folds_where_the_seed_model_entered": entered,
+            "folds": sum(len(folds) for folds in data["folds"].values())}
+
+
 NO_PER_QUERY = ("the result files keep per-seed means and p-values against the first stage only, not per-query "
                 "scores, so a paired test against the zero-shot combination cannot be computed from them")
 
@@ -323,6 +358,9 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
         entry.update(paired)
     if best is not None and zero_mean is not None:
         entry["best_trained_minus_zero_shot"] = round(best["mean"] - zero_mean, 4)
+    three = [summary for summary in map(three_way_summary, THREE_WAY.get(name, [])) if summary is not None]
+    if three:
+        entry["three_way"] = three
     return entry
 
 
@@ -398,6 +436,21 @@ def render_safe_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_three_way_table(summary: dict) -> str:
+    """The three-way table of BENCHMARKS.md (block ``three-way``), from the summary's ``three_way`` entries."""
+    lines = ["| collection | metric | seed model | seeds | two-way: first stage + zero-shot bi-encoder | three-way: "
+             "+ the seed model | per seed: three-way (paired p vs two-way) | folds where the seed model entered "
+             "| file |", "|---|---|---|---|---|---|---|---|---|"]
+    for entry in summary["collections"]:
+        for three in entry.get("three_way", []):
+            per_seed = ", ".join(f"{value:.4f} ({p:.2g})" for value, p in zip(three["three_way_per_seed"],
+                                                                              three["p_three_vs_two"]))
+            lines.append(f"| {entry['collection']} | {entry['metric']} | {three['seed_model']} | "
+                         f"{len(three['seeds'])} | {three['two_way']:.4f} | {three['three_way']:.4f} | {per_seed} | "
+                         f"{three['folds_where_the_seed_model_entered']} of {three['folds']} | `{three['file']}` |")
+    return "\n".join(lines) + "\n"
+
+
 def replace_block(text: str, name: str, block: str) -> str:
     """``text`` with the lines between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` replaced by ``block``."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
@@ -436,6 +489,8 @@ def main(argv=None) -> int:
 
         for doc in DOCS:
             text = replace_block(doc.read_text(encoding="utf-8"), "safe-combination", render_safe_table(summary))
+            if doc.name == "BENCHMARKS.md":
+                text = replace_block(text, "three-way", render_three_way_table(summary))
             with atomic_write(doc) as handle:
                 handle.write(text)
     print(f"wrote {args.output}")
