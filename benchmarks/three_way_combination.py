@@ -94,14 +94,9 @@ def measure(args: argparse.Namespace) -> dict:
             seeded = rerank(model, dataset, {q: first[q] for q in scored})
             seed_choice = fusion.choose_weight({q: two[q] for q in fold.dev}, {q: seeded[q] for q in fold.dev},
                                                dataset.qrels, metric)
-            if seed_choice.weight >= 1.0:
-                # the seed model does not enter: the two-way ranking stays as it is (interpolating at weight 1
-                # min-max rescales its scores, and trec_eval reads scores as float32: two scores 2e-8 apart
-                # near 1 become a tie broken by doc id, which changed a DL21 query's nDCG@10 by .03)
-                three = {q: two[q] for q in fold.test}
-            else:
-                three = fusion.interpolate({q: two[q] for q in fold.test}, {q: seeded[q] for q in fold.test},
-                                           seed_choice.weight)
+            # weight 1 (the seed model does not enter) keeps the two-way ranking as it is (fusion.interpolate)
+            three = fusion.interpolate({q: two[q] for q in fold.test}, {q: seeded[q] for q in fold.test},
+                                       seed_choice.weight)
             two_way.update({q: two[q] for q in fold.test})
             three_way.update(three)
             folds.append({"fold": fold.name, "bi_encoder_weight_of_first_stage": bi_choice.weight,

@@ -32,6 +32,23 @@ def test_weights_zero_and_one_give_the_two_rankings():
     assert order(fusion.interpolate(FIRST, MODEL, 1.0)) == ["a", "b", "c"]
 
 
+def test_weight_one_keeps_the_first_runs_own_scores_so_float32_evaluation_sees_its_ranking():
+    import ir_measures
+
+    # two first-stage scores 1.6e-8 apart: distinct in float32 around 0.9, one float32 value once min-max
+    # rescaled to 1.0 and 0.99999998 (trec_eval would then rank the tie by doc id, "b" first)
+    first = run("q", {"a": 0.9146451145784997, "b": 0.914645098763007, "c": 0.1})
+    kept = fusion.interpolate(first, run("q", {"a": 0.0, "b": 1.0, "c": 0.5}), 1.0)["q"]
+    assert [(h.doc_id, h.score) for h in kept] == [(h.doc_id, h.score) for h in first["q"]]
+    qrels = [ir_measures.Qrel("q", "a", 2), ir_measures.Qrel("q", "b", 1)]
+    scored = [ir_measures.ScoredDoc("q", h.doc_id, h.score) for h in kept]
+    assert ir_measures.calc_aggregate([ir_measures.nDCG @ 10], qrels, scored)[ir_measures.nDCG @ 10] == 1.0
+    # a document only the re-ranker has: the formula, over the union
+    extra = fusion.interpolate(first, run("q", {"a": 0.0, "z": 1.0}), 1.0)["q"]
+    b = (0.914645098763007 - 0.1) / (0.9146451145784997 - 0.1)
+    assert {h.doc_id: h.score for h in extra} == pytest.approx({"a": 1.0, "b": b, "c": 0.0, "z": 0.0})
+
+
 def test_interpolated_score_is_the_weighted_sum_of_normalised_scores():
     result = {h.doc_id: h.score for h in fusion.interpolate(FIRST, MODEL, 0.3)["q"]}
     # model min-max: a 0, b 0.375, c 1; first: a 1, b .75, c 0
