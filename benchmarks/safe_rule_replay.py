@@ -48,10 +48,8 @@ class ReplayError(Exception):
     """A file that cannot be replayed or does not reproduce its recorded rows (one line)."""
 
 
-def shrunk(tuned: float, factor: float, grid=fusion.DEFAULT_GRID) -> float:
-    """``factor`` of the way from the first stage towards ``tuned``, on the grid
-    (:func:`pipeline.engine.fusion.shrink_towards_first_stage`)."""
-    return fusion.shrink_towards_first_stage(tuned, factor, grid)
+#: ``shrunk(tuned, factor)``: ``factor`` of the way from the first stage towards ``tuned``, on the grid
+shrunk = fusion.shrink_towards_first_stage
 
 
 def t_from_one_sided_p(p_value: float, queries: int) -> float:
