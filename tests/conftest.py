@@ -105,10 +105,10 @@ def subprocess_env(**extra) -> dict[str, str]:
     return env
 
 
-def run_python(args: list[str], timeout: float = 300, **env) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` in the repo root and capture its output."""
+def run_python(args: list[str], timeout: float = 300, cwd: Path = REPO, **env) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` in ``cwd`` (default the repo root) and capture its output."""
     return subprocess.run(
-        [PYTHON, *args], cwd=REPO, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout
+        [PYTHON, *args], cwd=cwd, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -12,7 +12,6 @@ import os
 import random
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -521,12 +520,11 @@ def two_process_torchrun(*args: str) -> list[str]:
 
 
 def run_python_in(folder: Path, args: list[str]) -> subprocess.CompletedProcess:
-    """``python ARGS`` with ``folder`` as the working directory, the repo and ``tests/`` importable, one OpenMP
-    thread and no progress bars; output captured, 10 minutes at most (the torchrun tests' processes)."""
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'tests'}", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=600)
+    """``conftest.run_python`` in ``folder`` with one OpenMP thread and no progress bars, 10 minutes at most
+    (the torchrun tests' processes)."""
+    from conftest import run_python  # here: the scripts those processes run import this module without tests/
+
+    return run_python(args, timeout=600, cwd=folder, OMP_NUM_THREADS=1, TQDM_DISABLE=1)
 
 
 def train_tiny(dataset, seed=7, use_dev=True, **extra):
