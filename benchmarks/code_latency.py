@@ -301,14 +301,10 @@ def main(argv=None) -> None:
     args.load_before = load_average()
     results = [benchmark(name, args) for name in args.datasets]
     args.load_after = load_average()
-    publish(render(results, args, command), args.output)
-    if args.output:
-        from pipeline.core.atomic import write_text
-
-        write_text(Path(args.output).with_suffix(".json"), json.dumps(
+    publish(render(results, args, command), args.output,
             {"command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "load_before": args.load_before, "load_after": args.load_after, "threads": args.threads,
-             "k": args.k, "k_prime": args.k_prime, "results": results}, indent=1) + "\n")
+             "k": args.k, "k_prime": args.k_prime, "results": results})
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ import platform
 from pathlib import Path
 
 
-def publish(text: str, output: str | Path | None) -> None:
-    """Print a benchmark's Markdown and, with ``output``, write it there atomically (with a final newline).
+def publish(text: str, output: str | Path | None, data: dict | None = None) -> None:
+    """Print a benchmark's Markdown and, with ``output``, write it there atomically (with a final newline),
+    and ``data`` as JSON beside it (``output`` with the suffix ``.json``).
 
     Args:
         text: the report, without its final newline.
         output: the file to write, or ``None`` to print only.
+        data: the numbers behind the report, or ``None``.
 
     Example:
         >>> publish("| a |", None)
@@ -31,9 +33,13 @@ def publish(text: str, output: str | Path | None) -> None:
     """
     print(text)
     if output:
+        import json
+
         from pipeline.core.atomic import write_text
 
         write_text(output, text + "\n")
+        if data is not None:
+            write_text(Path(output).with_suffix(".json"), json.dumps(data, indent=1) + "\n")
 
 
 def load_average() -> list[str]:

@@ -16,7 +16,6 @@ installed with pyserini; the export needs the ``onnx`` package.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -84,7 +83,7 @@ def measure(names: list[str], queries: int, threads: int) -> list[dict]:
                 batch = tokenizer([text], truncation=True, max_length=MAX_QUERY_LENGTH, return_tensors="pt")
                 feed = {key: batch[key].numpy() for key in ("input_ids", "attention_mask")}
                 for _ in range(2):  # warm both on this shape
-                    reference = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+                    model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
                     session.run(None, feed)
                 started = time.perf_counter()
                 reference = model(input_ids=batch["input_ids"],
@@ -133,13 +132,9 @@ def main(argv=None) -> None:
     args.load_before = load_average()
     rows = measure(args.datasets, args.queries, args.threads)
     args.load_after = load_average()
-    publish(render(rows, args, command), args.output)
-    if args.output:
-        from pipeline.core.atomic import write_text
-
-        write_text(Path(args.output).with_suffix(".json"), json.dumps(
+    publish(render(rows, args, command), args.output,
             {"command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": args.threads,
-             "load_before": args.load_before, "load_after": args.load_after, "rows": rows}, indent=1) + "\n")
+             "load_before": args.load_before, "load_after": args.load_after, "rows": rows})
 
 
 if __name__ == "__main__":
