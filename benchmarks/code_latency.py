@@ -1,7 +1,8 @@
 """End-to-end latency of the code first stage with and without pruning before exact MaxSim, on one index.
 
     python benchmarks/code_latency.py [--datasets nfcorpus vaswani-npl] [--steps 100] [--bits 512]
-        [--hash-head lsh] [--depths 0 32 64 128 256] [--k 100] [--k-prime 256] [--threads 1]
+        [--hash-head lsh] [--depths 0 32 64 128 256] [--onnx-depths 256] [--ivf-lists 720 --nprobe 4
+        --ivf-depths 64 --ivf-onnx-depths 64 32 --int8-depths 32] [--k 100] [--k-prime 256] [--threads 1]
         [--output benchmarks/results/codes/latency.md]
 
 Per dataset, one :class:`indexes.codes.CodeRetriever` over one built (or cached) index is searched query by
@@ -11,6 +12,8 @@ in memory, same load), so their ratios are fair. Each time is ``retriever.search
 query encoding, the kNN step, the approximate scores and the pruning, exact MaxSim over the kept
 candidates, the sort. Also per configuration: nDCG@10 and R@100 (pipeline.evaluate), the documents scored
 exactly per query, and a breakdown of the time into those stages (one more pass, each stage timed alone).
+The rows named "ONNX Runtime queries" encode queries with ``query_runtime="onnx"`` (the default where it is
+installed); every other row encodes them in PyTorch, as the search before pruning did.
 The index's bytes per stored vector and the process's peak resident memory (``VmHWM``) are reported too.
 Encoders and indexes are the ones ``code_first_stage.py`` builds with the same options (shared cache).
 Results: Markdown at ``--output`` and the same numbers as JSON beside it.
@@ -154,13 +157,24 @@ def benchmark(name: str, args) -> dict:
     options = code_options("codes", args)
     path = build_code_index(dataset, options)
     meta = index_metadata(path)
-    retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads)
+    # the search before pruning encoded queries in PyTorch: the rows without "ONNX Runtime" do too
+    retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads, query_runtime="torch")
     retriever.search(queries[:2], args.k)  # warm-up: the model's first call, the index's pages
     configs = ([Config("before: every candidate, MaxSim of 2443cba", 0, legacy=True)] if args.before else [])
     configs += [Config("every candidate" if depth == 0 else str(depth), depth) for depth in args.depths]
+
+    def depth_label(depth):
+        return "every candidate" if depth == 0 else str(depth)
+
+    if args.onnx_depths:  # the same flat index, queries encoded by ONNX Runtime (the default where installed)
+        onnx_retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads, query_runtime="onnx")
+        onnx_retriever.search(queries[:2], args.k)  # also exports the graph (or finds it cached)
+        configs += [Config(f"ONNX Runtime queries, {depth_label(depth)}", depth, retriever=onnx_retriever)
+                    for depth in args.onnx_depths]
     if args.ivf_lists:
         ivf_path = ivf_copy(retriever, path, args.ivf_lists)
-        ivf_retriever = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe)
+        ivf_retriever = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe,
+                                      query_runtime="torch")
         ivf_retriever.search(queries[:2], args.k)
         configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), "
                            + ("every candidate" if depth == 0 else str(depth)), depth, retriever=ivf_retriever)
@@ -172,6 +186,12 @@ def benchmark(name: str, args) -> dict:
             configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), int8 queries, "
                                + ("every candidate" if depth == 0 else str(depth)), depth, retriever=int8_retriever)
                         for depth in args.int8_depths]
+        if args.ivf_onnx_depths:
+            ivf_onnx = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe,
+                                     query_runtime="onnx")
+            ivf_onnx.search(queries[:2], args.k)
+            configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), ONNX Runtime queries, "
+                               + depth_label(depth), depth, retriever=ivf_onnx) for depth in args.ivf_onnx_depths]
     runs = {c.label: {} for c in configs}
     seconds = {c.label: [] for c in configs}
     blocks = [queries[start:start + args.block] for start in range(0, len(queries), args.block)]
@@ -228,7 +248,9 @@ def render(results: list[dict], args, command: str) -> str:
         "search before this change, the reference of the speed-up and nDCG change columns); \"every candidate\": the "
         "same candidates with today's MaxSim; N: only the N candidates with the best score estimated from "
         "the kNN results are scored exactly (below k: the rest of the top k follow in estimated order, so R@k is "
-        "that of depth k); \"int8 queries\": query_precision int8. Stage columns: a second pass over the first "
+        "that of depth k); \"int8 queries\": query_precision int8; \"ONNX Runtime queries\": query_runtime onnx (the "
+        "same float32 encoder run by ONNX Runtime, the default where it is installed; the other rows encode in "
+        "PyTorch). Stage columns: a second pass over the first "
         f"{args.stage_queries} queries, each stage timed alone (means, ms).",
         "",
         "| dataset | configuration (rescore_depth) | docs scored exactly / query | nDCG@10 | change | R@100 | ms/query (mean) "
@@ -290,6 +312,10 @@ def main(argv=None) -> None:
     parser.add_argument("--int8-depths", type=int, nargs="*", default=[],
                         help="rescore_depth values searched on the IVF index with query_precision int8 (default: "
                              "none)")
+    parser.add_argument("--onnx-depths", type=int, nargs="*", default=[],
+                        help="rescore_depth values searched on the flat index with query_runtime onnx (default: none)")
+    parser.add_argument("--ivf-onnx-depths", type=int, nargs="*", default=[],
+                        help="rescore_depth values searched on the IVF index with query_runtime onnx (default: none)")
     parser.add_argument("--stage-queries", type=int, default=30,
                         help="queries of the per-stage breakdown pass (default 30)")
     add_search_arguments(parser, threads=1)

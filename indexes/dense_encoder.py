@@ -97,6 +97,22 @@ class TextEncoder:
         reserved = (getattr(self.model.config, "pad_token_id", None) or 0) + 1 if "roberta" in self.model.config.model_type else 0
         self.position_limit = positions - reserved if positions else None
         self.dim = int(self.model.config.hidden_size)
+        self._onnx_encoder = None
+
+    def onnx_encoder(self):
+        """The transformer in ONNX Runtime, exported (or found in the cache) at its first use.
+
+        Returns:
+            An :class:`infra.onnx_runtime.OnnxEncoder` giving the last hidden state of ``(input_ids, attention_mask)``.
+        """
+        if self._onnx_encoder is None:
+            from infra.onnx_runtime import OnnxEncoder, last_hidden_state
+
+            sample = self.tokenizer(["a sample query", "a longer sample query, padded to its batch"], padding=True,
+                                    return_tensors="pt")
+            self._onnx_encoder = OnnxEncoder(last_hidden_state(self.model), (sample["input_ids"],
+                                             sample["attention_mask"]), threads=getattr(self.options, "threads", None))
+        return self._onnx_encoder
 
     def limit(self, max_length: int) -> int:
         """``max_length`` cut to what the model's positions hold.
@@ -109,13 +125,17 @@ class TextEncoder:
         """
         return min(max_length, self.position_limit) if self.position_limit else max_length
 
-    def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None) -> "np.ndarray":
+    def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None,
+               runtime: str = "torch") -> "np.ndarray":
         """The vectors of ``texts``; batches are formed by token length (less padding).
 
         Args:
             texts: the texts.
             max_length: word pieces kept per text.
             batch_size: texts per forward pass (default: the options').
+            runtime: ``torch``, or ``onnx``: the transformer run by ONNX Runtime on the CPU
+                (:class:`infra.onnx_runtime.OnnxEncoder`; same vectors within ~1e-5; for queries, where the
+                forward pass of a few tokens is mostly overhead).
 
         Returns:
             ``[len(texts), dim]`` float32.
@@ -137,7 +157,10 @@ class TextEncoder:
                 batch = self.tokenizer([texts[i] for i in rows], truncation=True, max_length=max_length,
                                        padding=True, return_tensors="pt")
                 ids, attention = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
-                states = self.model(input_ids=ids, attention_mask=attention).last_hidden_state.float()
+                if runtime == "onnx":
+                    states = torch.from_numpy(self.onnx_encoder()(ids.cpu().numpy(), attention.cpu().numpy()))
+                else:
+                    states = self.model(input_ids=ids, attention_mask=attention).last_hidden_state.float()
                 if self.pooling == "cls":
                     pooled = states[:, 0]
                 else:  # mean over real tokens, as the bi-encoder re-ranker (rerankers.bi_encoder) pools

@@ -135,6 +135,20 @@ class TokenCodeEncoder(nn.Module):
         return centred_similarity(codes, query_vectors, self.hyperplanes, self.center, self.decode_norm)
 
 
+class QueryVectors(nn.Module):
+    """``encoder``'s query side as one ``forward(input_ids, attention_mask) -> [B, L, dim]`` (L2-normalised
+    projections of every position, the mask not applied): the graph :class:`infra.onnx_runtime.OnnxEncoder`
+    exports. :meth:`TokenCodeEncoder.token_mask` gives the positions that keep a vector."""
+
+    def __init__(self, encoder: TokenCodeEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.encoder.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return F.normalize(self.encoder.project(hidden.float()), dim=-1)
+
+
 def centred_similarity(codes, queries, hyperplanes, center, decode_norm):
     """``[M, K]`` estimates of ``q . v`` for unit query vectors ``queries`` ``[K, f]`` and the unit vectors
     ``v`` behind ``codes`` ``[M, bits]`` (+-1, ``sign(R (v - center))``), without decoding a vector.

@@ -13,6 +13,8 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.core.home import index_root
 
+from infra.onnx_runtime import QUERY_RUNTIMES
+
 from ..base import check_choice
 
 
@@ -48,6 +50,10 @@ RESCORE_DEPTH = 256
 #: arithmetic of the query encoder at search time: float32, or int8 (CPU, dynamically quantized transformer)
 QUERY_PRECISIONS = ("float32", "int8")
 QUERY_PRECISION = "float32"
+#: what runs the query encoder at search time: ONNX Runtime (``onnx``: 2.4-2.7x faster per query on one CPU
+#: thread, benchmarks/results/codes/query-encoder-runtime.md), PyTorch (``torch``), or ``auto``: ONNX Runtime
+#: on the CPU for float32 queries when onnxruntime and onnx are installed, else PyTorch
+QUERY_RUNTIME = "auto"
 ENCODER_FILE = "encoder.pt"
 ENCODER_META = "encoder.json"
 SHARD_MANIFEST = "manifest.json"
@@ -112,6 +118,9 @@ class CodeOptions:
                                      "estimated order (0: every candidate)", compare=False)
     query_precision: str = code_option(QUERY_PRECISION, "query encoder at search time: float32 | int8 (CPU: "
                                        "faster, scores change slightly)", compare=False)
+    query_runtime: str = code_option(QUERY_RUNTIME, "what runs the query encoder: auto | torch | onnx (ONNX "
+                                     "Runtime, CPU, float32: same vectors within 1e-5, faster; auto: onnx when "
+                                     "installed and possible)", compare=False)
     mmap: bool = code_option(True, "ivf: search the index and its vectors memory-mapped from disk", cli=False,
                              compare=False)
     shard_size: int = code_option(1024, "documents per resumable shard", compare=False)
@@ -151,6 +160,10 @@ class CodeOptions:
         if self.query_precision not in QUERY_PRECISIONS:
             raise PipelineError(f"unknown query_precision {self.query_precision!r}; expected one of "
                                 f"{', '.join(QUERY_PRECISIONS)}")
+        check_choice("query runtime", self.query_runtime, QUERY_RUNTIMES)
+        if self.query_runtime == "onnx" and self.query_precision != "float32":
+            raise PipelineError(f"query_runtime onnx encodes float32 queries; query_precision {self.query_precision!r} "
+                                f"runs in PyTorch (use query_runtime auto or torch)")
         if self.ivf_nlist < 0:
             raise PipelineError(f"ivf_nlist must be >= 0 (0: automatic), got {self.ivf_nlist}")
         for name in ("batch_size", "max_query_length", "max_doc_length", "k_prime", "shard_size", "ivf_nprobe",

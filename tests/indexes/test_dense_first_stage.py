@@ -67,6 +67,22 @@ def test_dense_search_equals_brute_force_cosine(tiny_encoder, dataset, brute_for
         assert np.allclose([s for _, s in got], [s for _, s in expected], atol=1e-5)
 
 
+def test_queries_encode_in_onnx_runtime_by_default_with_pytorchs_vectors(tiny_encoder, dataset, tmp_path):
+    options = options_for(tiny_encoder)
+    assert options.query_runtime == "auto"
+    path = build_dense_index(dataset, options, tmp_path)
+    onnx = DenseRetriever(path, options)
+    plain = DenseRetriever(path, dataclasses.replace(options, query_runtime="torch"))
+    assert (onnx.query_runtime, plain.query_runtime) == ("onnx", "torch")
+    texts = [q.text for q in dataset.queries.values()] + ["one", "a query with many more words than the others"]
+    assert np.abs(onnx.encode_queries(texts) - plain.encode_queries(texts)).max() < 1e-5  # padded batches of 8
+    queries = list(dataset.queries.values())
+    ranked, reference = onnx.search(queries, 10), plain.search(queries, 10)
+    assert all([h.doc_id for h in ranked[q.query_id]] == [h.doc_id for h in reference[q.query_id]] for q in queries)
+    with pytest.raises(PipelineError, match="query runtime"):
+        dataclasses.replace(options, query_runtime="tensorrt")
+
+
 def test_cache_reuse_and_key(tiny_encoder, dataset, tmp_path, monkeypatch):
     options = options_for(tiny_encoder)
     path = build_dense_index(dataset, options, tmp_path)
