@@ -19,6 +19,11 @@ subcommand (each writes JSON into ``--work``):
     --index-type ivf ...``, end to end, and record when each stage ends by watching the cache (the last
     shard written, the trained quantizer, every rank's block of inverted lists, the finished index). The
     shards are hard-linked aside as they appear (the build deletes them when done) for ``measure``.
+``cut`` / ``grow``
+    When the time runs out: ``cut`` keeps the union to the shards already encoded (the build then resumes
+    after them); ``grow --shards N`` extends the union to ``N`` shards of the same random order and links the
+    shards already encoded where the next ``simulate`` finds them, so that it encodes only the new ones
+    (``grow-N.json``; the report lists every growth and every later build in the order they ran).
 ``measure``
     At one size (a prefix of whole shards with at least ``--vectors`` vectors, 0: all): a flat index and an
     IVF index of those codes (quantizer trained, shards added, lists merged on disk: ``indexes.codes.ivf``'s
@@ -558,6 +563,7 @@ def measure(work: Path, vectors: int, lists: int, nprobes: list[int], max_querie
         "date": _now(), "load_before": load_before, "load_after": load_average(), "shards": len(part),
         "documents": flat_meta["documents"], "vectors": flat_meta["vectors"], "ivf_lists": ivf_meta.get("ivf_lists"),
         "queries": len(queries), "k": K, "k_prime": ivf_retriever.k_prime, "rescore_depth": ivf_retriever.rescore_depth,
+        "query_runtime": ivf_retriever.query_runtime,
         "builds": builds,
         "bytes_per_vector": {"flat": storage_bytes(folder / "flat") / flat_meta["vectors"],
                              "ivf": storage_bytes(ivf_path) / ivf_meta["vectors"]},
@@ -571,11 +577,17 @@ def measure(work: Path, vectors: int, lists: int, nprobes: list[int], max_querie
 # ----------------------------------------------------------------------------------------------- report
 
 
+def later_steps(work: Path) -> list[Path]:
+    """The ``grow-N.json`` and ``simulate-*.json`` files in the order the steps ran (their dates)."""
+    paths = [*work.glob("grow-*.json"), *work.glob("simulate-*.json")]
+    return sorted(paths, key=lambda path: json.loads(path.read_text()).get("date", ""))
+
+
 def step_commands(work: Path) -> list[str]:
     """The commands of the steps whose JSON is in ``work``, in the order they ran."""
     found = []
     for path in [work / "union.json", work / "estimate.json", work / "cut.json", work / "simulate.json",
-                 work / "grow.json", *sorted(work.glob("simulate-*.json")), *sorted(work.glob("measure-*.json"))]:
+                 *later_steps(work), *sorted(work.glob("measure-*.json"))]:
         if path.is_file():
             facts = json.loads(path.read_text())
             if path.name == "cut.json":  # the interrupted first build came before the cut
@@ -608,7 +620,7 @@ def render(work: Path, command: str) -> tuple[str, dict]:
         lines.append(f"| {facts['dataset']} | {facts['documents']:,} | {facts['kept']:,} | {facts['queries']} |")
     lines.append(f"| **all** | {sum(f['documents'] for f in union['collections'].values()):,} | "
                  f"{union['documents']:,} | {union['queries']} |")
-    if union.get("max_docs"):
+    if union.get("max_docs") and union["documents"] < sum(f["documents"] for f in union["collections"].values()):
         lines += ["", f"Only the first {union['max_docs']:,} documents of the random order were indexed (what the "
                       "time allowed: see the estimate below), a uniform sample of every collection."]
     if estimate_:
@@ -624,12 +636,11 @@ def render(work: Path, command: str) -> tuple[str, dict]:
         lines += ["", f"The build was stopped when the time ran out ({cutting['date']}, `cut` step) with "
                       f"{cutting['shards']} shards of 1,024 documents encoded; the union was cut to those documents "
                       "and the same command resumed after them (the shards are the resumable unit of a build)."]
-    growing = json.loads((work / "grow.json").read_text()) if (work / "grow.json").is_file() else None
-    if growing:
-        lines += ["", f"With the time left, the union was then grown to {growing['documents']:,} documents "
-                      f"({growing['shards']} shards, `grow` step, {growing['date']}): the same command, started "
-                      f"again, kept the {growing['already_encoded']} shards already encoded and encoded only the "
-                      "rest, then built the largest index (its stages: the last row of the build table below)."]
+    for growing in (json.loads(path.read_text()) for path in later_steps(work) if path.name.startswith("grow-")):
+        lines += ["", f"The union was then grown to {growing['documents']:,} documents ({growing['shards']} shards, "
+                      f"`grow` step, {growing['date']}): the same command, started again, kept the "
+                      f"{growing['already_encoded']} shards already encoded and encoded only the rest, then built "
+                      "the index of that size (its stages: the table of later builds below)."]
     lines += ["", "## Built as 4 GPUs would build MS MARCO: 2 processes on the CPU", "",
               f"`{built['command']}` ({built['date']}, load before / after {' '.join(built['load_before'])} / "
               f"{' '.join(built['load_after'])}): {built['documents']:,} documents, {built['vectors']:,} token vectors, "
@@ -648,12 +659,25 @@ def render(work: Path, command: str) -> tuple[str, dict]:
               f"| add | {stages['add_s']:.1f} | each rank adds its own shards to a copy of the quantizer |",
               f"| merge | {stages['merge_s']:.1f} | rank 0 merges the blocks' lists on disk, writes the index |",
               f"| total | {stages['total_s']:.1f} | torchrun start to exit |"]
+    rebuilds = [json.loads(path.read_text()) for path in later_steps(work) if path.name.startswith("simulate-")]
+    if rebuilds:
+        lines += ["", "Later builds (the same command after each growth; encode: the new shards only):", "",
+                  "| documents | vectors | IVF lists | encode s | k-means s | add s | merge s | total s | date | "
+                  "load before / after |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for build in rebuilds:
+            st = build["stages"]
+            lines.append(f"| {build['documents']:,} | {build['vectors']:,} | {build['ivf_lists']} | "
+                         f"{st['encode_s']:.1f} | {st['kmeans_s']:.1f} | {st['add_s']:.1f} | {st['merge_s']:.1f} | "
+                         f"{st['total_s']:.1f} | {build['date']} | {' '.join(build['load_before'])} / "
+                         f"{' '.join(build['load_after'])} |")
     lines += ["", "## Flat against IVF at growing size", "",
               f"Prefixes of the index (whole shards, a uniform sample of the union), each in its own process; "
               f"queries: the union's {sizes[0]['queries'] if sizes else 0} (40 judged queries of each collection), "
               f"top {K} documents, k' {sizes[0]['k_prime'] if sizes else ''} neighbours per query token, rescore_depth "
               f"{sizes[0]['rescore_depth'] if sizes else ''} (the defaults), one thread, the configurations "
-              "alternating query by query. ms/query: `CodeRetriever.search([query], 100)` end to end; recall: share "
+              "alternating query by query, queries encoded by the default query_runtime (ONNX Runtime where it is "
+              "installed; recorded per size as `query_runtime` since 2026-11-26). ms/query: "
+              "`CodeRetriever.search([query], 100)` end to end; recall: share "
               "of the flat search's top 100 documents the IVF search returns (docs), and of the flat index's k' "
               "neighbours per query token (tokens).", "",
               "| vectors | documents | configuration | ms/query (mean / median) | encode | kNN | exact MaxSim "
@@ -683,7 +707,8 @@ def render(work: Path, command: str) -> tuple[str, dict]:
                      f"{b['ivf'].get('merge_s', float('nan')):.1f} | {size['date']} | {' '.join(size['load_before'])} / "
                      f"{' '.join(size['load_after'])} |")
     data = {"command": command, "date": _now(), "union": union, "estimate": estimate_, "simulate": built,
-            "cut": cutting, "sizes": sizes}
+            "cut": cutting, "later_builds": rebuilds, "sizes": sizes,
+            "growths": [json.loads(path.read_text()) for path in later_steps(work) if path.name.startswith("grow-")]}
     return "\n".join(lines), data
 
 
@@ -717,7 +742,7 @@ def main(argv=None) -> None:
     elif args.step == "cut":
         _write_json(work / "cut.json", {**cut(work, args.ivf_nlist, args.queries_per, args.seed), "command": _command()})
     elif args.step == "grow":
-        _write_json(work / "grow.json", {**grow(work, args.shards, args.ivf_nlist, args.queries_per, args.seed),
+        _write_json(work / f"grow-{args.shards}.json", {**grow(work, args.shards, args.ivf_nlist, args.queries_per, args.seed),
                                          "command": _command()})
     elif args.step == "measure":
         result = measure(work, args.vectors, args.ivf_nlist, args.nprobe, args.max_queries, args.seed, args.simulate)
