@@ -157,41 +157,31 @@ def benchmark(name: str, args) -> dict:
     options = code_options("codes", args)
     path = build_code_index(dataset, options)
     meta = index_metadata(path)
+    def variant(index_path, prefix, depths, **settings):
+        """Configurations at ``depths`` on one more retriever over ``index_path`` (warmed up, which also
+        exports an ONNX graph or finds it cached)."""
+        searcher = CodeRetriever(index_path, k_prime=args.k_prime, threads=args.threads, **settings)
+        searcher.search(queries[:2], args.k)
+        return [Config(prefix + ("every candidate" if depth == 0 else str(depth)), depth, retriever=searcher)
+                for depth in depths]
+
     # the search before pruning encoded queries in PyTorch: the rows without "ONNX Runtime" do too
     retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads, query_runtime="torch")
     retriever.search(queries[:2], args.k)  # warm-up: the model's first call, the index's pages
     configs = ([Config("before: every candidate, MaxSim of 2443cba", 0, legacy=True)] if args.before else [])
     configs += [Config("every candidate" if depth == 0 else str(depth), depth) for depth in args.depths]
-
-    def depth_label(depth):
-        return "every candidate" if depth == 0 else str(depth)
-
     if args.onnx_depths:  # the same flat index, queries encoded by ONNX Runtime (the default where installed)
-        onnx_retriever = CodeRetriever(path, k_prime=args.k_prime, threads=args.threads, query_runtime="onnx")
-        onnx_retriever.search(queries[:2], args.k)  # also exports the graph (or finds it cached)
-        configs += [Config(f"ONNX Runtime queries, {depth_label(depth)}", depth, retriever=onnx_retriever)
-                    for depth in args.onnx_depths]
+        configs += variant(path, "ONNX Runtime queries, ", args.onnx_depths, query_runtime="onnx")
     if args.ivf_lists:
         ivf_path = ivf_copy(retriever, path, args.ivf_lists)
-        ivf_retriever = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe,
-                                      query_runtime="torch")
-        ivf_retriever.search(queries[:2], args.k)
-        configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), "
-                           + ("every candidate" if depth == 0 else str(depth)), depth, retriever=ivf_retriever)
-                    for depth in args.ivf_depths]
+        ivf = f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), "
+        configs += variant(ivf_path, ivf, args.ivf_depths, nprobe=args.nprobe, query_runtime="torch")
         if args.int8_depths:  # the same IVF index, queries encoded by the int8 transformer
-            int8_retriever = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe,
-                                           query_precision="int8")
-            int8_retriever.search(queries[:2], args.k)
-            configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), int8 queries, "
-                               + ("every candidate" if depth == 0 else str(depth)), depth, retriever=int8_retriever)
-                        for depth in args.int8_depths]
+            configs += variant(ivf_path, ivf + "int8 queries, ", args.int8_depths, nprobe=args.nprobe,
+                               query_precision="int8")
         if args.ivf_onnx_depths:
-            ivf_onnx = CodeRetriever(ivf_path, k_prime=args.k_prime, threads=args.threads, nprobe=args.nprobe,
-                                     query_runtime="onnx")
-            ivf_onnx.search(queries[:2], args.k)
-            configs += [Config(f"IVF ({args.ivf_lists} lists, nprobe {args.nprobe}), ONNX Runtime queries, "
-                               + depth_label(depth), depth, retriever=ivf_onnx) for depth in args.ivf_onnx_depths]
+            configs += variant(ivf_path, ivf + "ONNX Runtime queries, ", args.ivf_onnx_depths, nprobe=args.nprobe,
+                               query_runtime="onnx")
     runs = {c.label: {} for c in configs}
     seconds = {c.label: [] for c in configs}
     blocks = [queries[start:start + args.block] for start in range(0, len(queries), args.block)]

@@ -664,12 +664,12 @@ def render(work: Path, command: str) -> tuple[str, dict]:
         lines += ["", "Later builds (the same command after each growth; encode: the new shards only):", "",
                   "| documents | vectors | IVF lists | encode s | k-means s | add s | merge s | total s | date | "
                   "load before / after |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for build in rebuilds:
-            st = build["stages"]
-            lines.append(f"| {build['documents']:,} | {build['vectors']:,} | {build['ivf_lists']} | "
-                         f"{st['encode_s']:.1f} | {st['kmeans_s']:.1f} | {st['add_s']:.1f} | {st['merge_s']:.1f} | "
-                         f"{st['total_s']:.1f} | {build['date']} | {' '.join(build['load_before'])} / "
-                         f"{' '.join(build['load_after'])} |")
+        lines += ["| " + " | ".join([f"{build['documents']:,}", f"{build['vectors']:,}", str(build['ivf_lists']),
+                                     *(f"{build['stages'][stage]:.1f}" for stage in
+                                       ("encode_s", "kmeans_s", "add_s", "merge_s", "total_s")),
+                                     build["date"], f"{' '.join(build['load_before'])} / "
+                                                    f"{' '.join(build['load_after'])}"]) + " |"
+                  for build in rebuilds]
     lines += ["", "## Flat against IVF at growing size", "",
               f"Prefixes of the index (whole shards, a uniform sample of the union), each in its own process; "
               f"queries: the union's {sizes[0]['queries'] if sizes else 0} (40 judged queries of each collection), "
