@@ -314,7 +314,10 @@ class DenseRetriever:
         Returns:
             ``[len(texts), dim]`` float32 vectors.
         """
-        return self.encoder.encode(texts, self.options.max_query_length, runtime=self.query_runtime)
+        vectors = self.encoder.encode(texts, self.options.max_query_length, runtime=self.query_runtime)
+        if self.query_runtime == "onnx" and self.encoder.onnx_encoder() is None:
+            self.query_runtime = "torch"  # the graph could not reproduce PyTorch (warned): PyTorch encoded them
+        return vectors
 
     def search_vectors(self, vectors, k: int):
         """The ``k`` nearest documents of each vector.

@@ -99,20 +99,26 @@ class TextEncoder:
         self.dim = int(self.model.config.hidden_size)
         self._onnx_encoder = None
 
-    def onnx_encoder(self):
+    def onnx_encoder(self, requested: str = "auto"):
         """The transformer in ONNX Runtime, exported (or found in the cache) at its first use.
 
+        Args:
+            requested: the ``query_runtime`` asked for: with ``auto``, a graph that cannot reproduce PyTorch
+                gives ``None`` (and a warning); with ``onnx``, an error.
+
         Returns:
-            An :class:`infra.onnx_runtime.OnnxEncoder` giving the last hidden state of ``(input_ids, attention_mask)``.
+            An :class:`infra.onnx_runtime.OnnxEncoder` giving the last hidden state of ``(input_ids,
+            attention_mask)``, or ``None``: encode in PyTorch.
         """
         if self._onnx_encoder is None:
-            from infra.onnx_runtime import OnnxEncoder, last_hidden_state
+            from infra.onnx_runtime import OnnxEncoder, last_hidden_state, onnx_or_fallback, sample_batches
 
-            sample = self.tokenizer(["a sample query", "a longer sample query, padded to its batch"], padding=True,
-                                    return_tensors="pt")
-            self._onnx_encoder = OnnxEncoder(last_hidden_state(self.model), (sample["input_ids"],
-                                             sample["attention_mask"]), threads=getattr(self.options, "threads", None))
-        return self._onnx_encoder
+            sample, probe = sample_batches(self.tokenizer, self.limit(64))
+            threads = getattr(self.options, "threads", None)
+            # False: tried, PyTorch encodes (not tried again at every batch)
+            self._onnx_encoder = onnx_or_fallback(
+                lambda: OnnxEncoder(last_hidden_state(self.model), sample, probe, threads=threads), requested) or False
+        return self._onnx_encoder or None
 
     def limit(self, max_length: int) -> int:
         """``max_length`` cut to what the model's positions hold.
@@ -157,8 +163,9 @@ class TextEncoder:
                 batch = self.tokenizer([texts[i] for i in rows], truncation=True, max_length=max_length,
                                        padding=True, return_tensors="pt")
                 ids, attention = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
-                if runtime == "onnx":
-                    states = torch.from_numpy(self.onnx_encoder()(ids.cpu().numpy(), attention.cpu().numpy()))
+                runner = self.onnx_encoder(getattr(self.options, "query_runtime", "auto")) if runtime == "onnx" else None
+                if runner is not None:
+                    states = torch.from_numpy(runner(ids.cpu().numpy(), attention.cpu().numpy()))
                 else:
                     states = self.model(input_ids=ids, attention_mask=attention).last_hidden_state.float()
                 if self.pooling == "cls":

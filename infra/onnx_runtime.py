@@ -126,21 +126,35 @@ def export_graph(module, sample) -> bytes:
     return buffer.getvalue()
 
 
+#: largest absolute difference from PyTorch's output on the probe batch that an exported graph may have
+TOLERANCE = 1e-4
+
+
+class OnnxExportError(RuntimeError):
+    """The module could not be exported, or its graph does not reproduce PyTorch's output (a model whose
+    Python code branches on its input's shape traces into a graph that holds for the sample's shape only)."""
+
+
 class OnnxEncoder:
     """``module``'s ``forward(input_ids, attention_mask) -> [batch, tokens, dim]`` run by ONNX Runtime on the CPU.
+
+    The graph is checked before use: on ``probe`` (a batch of another shape than ``sample``) it must give
+    PyTorch's output within :data:`TOLERANCE`, else :class:`OnnxExportError` (and nothing is cached).
 
     Args:
         module: a ``torch.nn.Module`` whose forward takes ``(input_ids, attention_mask)`` (int64) and returns
             one float tensor with the batch and token axes first.
-        sample: example ``(input_ids, attention_mask)`` tensors (at least two rows of different lengths).
+        sample: example ``(input_ids, attention_mask)`` tensors the export traces (padded rows).
+        probe: ``(input_ids, attention_mask)`` of another batch size and length, to check the graph on.
         threads: ONNX Runtime's intra-op threads (``None``: torch's current thread count).
         cache_root: where graphs are cached (default :func:`onnx_cache_root`).
 
     Raises:
         RuntimeError: ONNX Runtime or ``onnx`` is not installed (:func:`onnx_runtime_missing`).
+        OnnxExportError: the export failed or its graph differs from PyTorch on ``probe``.
     """
 
-    def __init__(self, module, sample, threads: int | None = None, cache_root: Path | None = None):
+    def __init__(self, module, sample, probe, threads: int | None = None, cache_root: Path | None = None):
         import onnxruntime
         import torch
 
@@ -154,22 +168,39 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only: the optimiser's notes are not the user's business
-        self.session = self._session(module, sample, options, onnxruntime)
+        with torch.inference_mode():
+            expected = module.eval()(*probe).float().cpu().numpy()
+        self.session = self._session(module, sample, options, onnxruntime, probe, expected)
 
-    def _session(self, module, sample, options, onnxruntime):
+    def _session(self, module, sample, options, onnxruntime, probe, expected):
         if self.path.is_file():
             try:
-                return onnxruntime.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+                session = onnxruntime.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+                self._check(session, probe, expected)
+                return session
             except Exception as error:  # noqa: BLE001 - a damaged cache entry is rebuilt, never used
-                log.warning("%s: unreadable ONNX graph (%s); exporting it again", self.path, error)
+                log.warning("%s: unreadable, or not PyTorch's output (%s); exporting it again", self.path, error)
                 self.path.unlink(missing_ok=True)
-        graph = export_graph(module, sample)
+        try:
+            graph = export_graph(module, sample)
+            session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # noqa: BLE001 - whatever the exporter or the runtime refuses
+            raise OnnxExportError(f"cannot export {type(module).__name__} to ONNX: {error}") from error
+        self._check(session, probe, expected)
         try:
             with atomic_write(self.path, "wb") as handle:
                 handle.write(graph)
         except OSError as error:
             log.warning("cannot cache the ONNX graph at %s (%s); keeping it in memory", self.path, error)
-        return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        return session
+
+    @staticmethod
+    def _check(session, probe, expected) -> None:
+        got = session.run(None, {name: tensor.cpu().numpy() for name, tensor in zip(INPUT_NAMES, probe)})[0]
+        difference = float(np.abs(got - expected).max()) if got.shape == expected.shape else float("inf")
+        if not difference <= TOLERANCE:
+            raise OnnxExportError(f"the ONNX graph differs from PyTorch on a probe batch by {difference:.3g} "
+                                  f"(shapes {got.shape} / {expected.shape}; tolerance {TOLERANCE})")
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """The module's output for one batch (numpy int64 inputs; float32 output)."""
@@ -177,3 +208,28 @@ class OnnxEncoder:
                 "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64)}
         return self.session.run(None, feed)[0]
 
+
+
+def sample_batches(tokenizer, max_length: int):
+    """``(sample, probe)`` for :class:`OnnxEncoder`: two padded batches of different sizes and lengths (at
+    most ``max_length`` word pieces), each ``(input_ids, attention_mask)``."""
+    def batch(texts):
+        encoded = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return encoded["input_ids"], encoded["attention_mask"]
+
+    return (batch(["a sample query", "a longer sample query, padded to its batch"]),
+            batch(["one", "two words", "a third text, longer than the other two, to check the graph on a batch "
+                   "of another size and length than the one it was traced on"]))
+
+
+def onnx_or_fallback(make, requested: str):
+    """``make()`` (an :class:`OnnxEncoder`), or ``None`` when it raises :class:`OnnxExportError` and the user
+    asked for ``auto`` (PyTorch then encodes the queries, with a warning); with ``onnx`` asked for, the failure
+    is a :class:`~pipeline.core.errors.PipelineError`."""
+    try:
+        return make()
+    except OnnxExportError as error:
+        if requested == "onnx":
+            raise PipelineError(f"query_runtime onnx: {error}") from None
+        log.warning("query encoder: PyTorch (%s)", error)
+        return None

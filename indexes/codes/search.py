@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from infra.onnx_runtime import QUERY_RUNTIMES, OnnxEncoder, choose_runtime
+from infra.onnx_runtime import QUERY_RUNTIMES, OnnxEncoder, choose_runtime, onnx_or_fallback, sample_batches
 from pipeline.core.progress import progress_switch
 from pipeline.core.datasets import Dataset
 from pipeline.core.errors import PipelineError
@@ -141,7 +141,7 @@ class CodeRetriever:
         self.dim = opts["dim"]
         self.max_query_length = opts["query_max_length"]
         self.query_runtime = choose_runtime(query_runtime, self.device, self.query_precision)
-        self._onnx_encoder, self._threads = None, threads
+        self._onnx_encoder, self._threads, self._requested_runtime = None, threads, query_runtime
         self.doc_ids = DocIds.open(path, self.meta)
         self.offsets = doc_offsets(path, self.meta, len(self.doc_ids))
         self.index_bytes = index_size_bytes(path)
@@ -161,11 +161,16 @@ class CodeRetriever:
     # query side
     def onnx_encoder(self):
         """The ONNX Runtime runner of the query encoder (:class:`infra.onnx_runtime.OnnxEncoder`), made at the
-        first query: exporting a graph not yet cached takes a few seconds, which opening an index should not."""
-        if self._onnx_encoder is None:
-            sample = tokenize(self.tokenizer, ["a sample query", "a longer sample query, padded to its batch"],
-                              self.max_query_length)
-            self._onnx_encoder = OnnxEncoder(QueryVectors(self.model), sample, threads=self._threads)
+        first query: exporting a graph not yet cached takes a few seconds, which opening an index should not.
+        ``None`` where the graph cannot reproduce PyTorch and ``query_runtime`` is ``auto``: queries are then
+        encoded by PyTorch (``query_runtime`` becomes ``torch``)."""
+        if self._onnx_encoder is None and self.query_runtime == "onnx":
+            sample, probe = sample_batches(self.tokenizer, self.max_query_length)
+            self._onnx_encoder = onnx_or_fallback(
+                lambda: OnnxEncoder(QueryVectors(self.model), sample, probe, threads=self._threads),
+                self._requested_runtime)
+            if self._onnx_encoder is None:
+                self.query_runtime = "torch"
         return self._onnx_encoder
 
     def encode_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -177,7 +182,7 @@ class CodeRetriever:
         with torch.inference_mode():
             for start in range(0, len(texts), step):
                 ids, att = tokenize(self.tokenizer, texts[start : start + step], self.max_query_length, self.device)
-                if self.query_runtime == "onnx":
+                if self.query_runtime == "onnx" and self.onnx_encoder() is not None:
                     q, mask = self.onnx_encoder()(ids.numpy(), att.numpy()), self.model.token_mask(ids, att).numpy()
                     result.extend(q[row][mask[row]] for row in range(len(q)))
                     continue

@@ -108,7 +108,21 @@ def test_auto_falls_back_to_pytorch_where_onnx_runtime_cannot_run_and_onnx_is_th
         dataclasses.replace(CodeOptions(), query_precision="int8", query_runtime="onnx")
 
 
-def test_onnx_encoder_refuses_to_start_without_its_packages(monkeypatch):
-    monkeypatch.setattr(onnx_runtime, "onnx_runtime_missing", lambda: "the onnxruntime package is not installed")
-    with pytest.raises(RuntimeError, match="onnxruntime package is not installed"):
-        OnnxEncoder(torch.nn.Identity(), (torch.zeros(2, 3, dtype=torch.long),) * 2)
+def test_a_graph_that_differs_from_pytorch_falls_back_under_auto_and_is_an_error_under_onnx(index, dataset, tmp_path,
+                                                                                              monkeypatch, caplog):
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path))
+    text = [next(iter(dataset.queries.values())).text]
+    reference = CodeRetriever(index, k_prime=16, query_runtime="torch").encode_queries(text)
+
+    def failing_check(session, probe, expected):
+        raise onnx_runtime.OnnxExportError("the ONNX graph differs from PyTorch on a probe batch by 0.5")
+
+    monkeypatch.setattr(OnnxEncoder, "_check", staticmethod(failing_check))
+    retriever = CodeRetriever(index, k_prime=16)
+    with caplog.at_level("WARNING"):
+        vectors = retriever.encode_queries(text)
+    assert retriever.query_runtime == "torch" and np.array_equal(vectors[0], reference[0])
+    assert "query encoder: PyTorch (the ONNX graph differs" in caplog.text
+    assert not list((tmp_path / "cache" / "onnx").glob("*.onnx"))  # a graph that failed its check is not cached
+    with pytest.raises(PipelineError, match="query_runtime onnx: the ONNX graph differs"):
+        CodeRetriever(index, k_prime=16, query_runtime="onnx").encode_queries(text)
