@@ -78,6 +78,8 @@ SAFE_FILES = {
     "dl/2020-bi-encoder-zero-shot.json": "dl/2020-bi-encoder-zero-shot-safe.json",
     "dl/2021-bi-encoder-zero-shot.json": "dl/2021-bi-encoder-zero-shot-safe.json",
     "microblog/2014-hcan-headline.json": "microblog/2014-hcan-headline-safe.json",
+    "microblog/2013-transformers-depth1000-3seeds.json": "microblog/2013-cross-encoder-safe.json",
+    "microblog/2014-transformers-depth1000-3seeds.json": "microblog/2014-cross-encoder-safe.json",
     "dl/2021-knrm-drmm.json": "dl/2021-knrm-drmm-safe.json",
     "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
     # the fine-tuning run holds its own +safe rows (benchmarks/results/dl/2019-bi-encoder-in-batch.md)
