@@ -1,7 +1,6 @@
 """Query encoding, the floor of the code first stage's latency: the packaged MiniLM's transformer in PyTorch
 eager against the same weights in ONNX Runtime, one query at a time, one thread.
 
-    pip install onnx            # the exporter's dependency (not one of the project's)
     python benchmarks/query_encoder_runtime.py [--datasets nfcorpus vaswani-npl] [--queries 100] \\
         [--output benchmarks/results/codes/query-encoder-runtime.md]
 
@@ -10,8 +9,8 @@ is most of a code search. Each dataset's first ``--queries`` queries are tokeniz
 (at most 32 word pieces) and encoded by both runtimes alternately, query by query, in this one process; the
 table gives the mean and median ms of the transformer's forward pass and the largest absolute difference of
 their outputs (float32 in both: the same arithmetic up to the order of sums). The ONNX graph is exported once
-per run into a temporary folder (``torch.onnx.export``, opset 17, dynamic batch and length). ONNX Runtime is
-installed with pyserini; the export needs the ``onnx`` package.
+per run into a temporary folder by the search's own runner (:class:`infra.onnx_runtime.OnnxEncoder`: opset 17,
+dynamic batch and length, checked against PyTorch on a probe batch).
 """
 from __future__ import annotations
 
@@ -33,64 +32,36 @@ from common import load_average, machine_line, publish, set_all_threads  # noqa:
 MAX_QUERY_LENGTH = 32  # indexes.codes.options: the word pieces a code index keeps of a query
 
 
-def onnx_session(model, sample, folder: Path, threads: int):
-    """An ONNX Runtime session over ``model``'s forward pass (``input_ids, attention_mask -> last hidden
-    state``), exported with ``sample``'s shapes as dynamic axes."""
-    import onnxruntime
-    import torch
-
-    try:
-        import onnx  # noqa: F401 - torch.onnx.export needs it
-    except ImportError:
-        raise SystemExit("the ONNX export needs the onnx package: pip install onnx") from None
-
-    class LastHiddenState(torch.nn.Module):
-        def __init__(self, transformer):
-            super().__init__()
-            self.transformer = transformer
-
-        def forward(self, input_ids, attention_mask):
-            return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    path = folder / "query-encoder.onnx"
-    torch.onnx.export(LastHiddenState(model).eval(), sample, str(path), input_names=["input_ids", "attention_mask"],
-                      output_names=["hidden"], opset_version=17, dynamo=False,
-                      dynamic_axes={name: {0: "batch", 1: "tokens"} for name in ("input_ids", "attention_mask")})
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def measure(names: list[str], queries: int, threads: int) -> list[dict]:
     """Per dataset: ms per query of both runtimes and the largest output difference."""
     import torch
 
     from infra.encoders import load_encoder
+    from infra.onnx_runtime import OnnxEncoder, last_hidden_state, sample_batches
     from pipeline.core.datasets import load_dataset
 
     tokenizer, model = load_encoder()
     model.eval()
     rows = []
     with tempfile.TemporaryDirectory() as folder, torch.inference_mode():
-        sample = tokenizer(["a sample query"], return_tensors="pt")
-        session = onnx_session(model, (sample["input_ids"], sample["attention_mask"]), Path(folder), threads)
+        # the search's own runner (infra.onnx_runtime), exported afresh into a temporary cache
+        sample, probe = sample_batches(tokenizer, MAX_QUERY_LENGTH)
+        runner = OnnxEncoder(last_hidden_state(model), sample, probe, threads=threads, cache_root=Path(folder))
         for name in names:
             texts = [q.text for q in list(load_dataset(name).queries.values())[:queries]]
             eager, onnx_ms, differences, lengths = [], [], [], []
             for text in texts:
                 batch = tokenizer([text], truncation=True, max_length=MAX_QUERY_LENGTH, return_tensors="pt")
-                feed = {key: batch[key].numpy() for key in ("input_ids", "attention_mask")}
+                feed = (batch["input_ids"].numpy(), batch["attention_mask"].numpy())
                 for _ in range(2):  # warm both on this shape
                     model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-                    session.run(None, feed)
+                    runner(*feed)
                 started = time.perf_counter()
                 reference = model(input_ids=batch["input_ids"],
                                   attention_mask=batch["attention_mask"]).last_hidden_state.numpy()
                 eager.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                hidden = session.run(None, feed)[0]
+                hidden = runner(*feed)
                 onnx_ms.append(time.perf_counter() - started)
                 differences.append(float(np.abs(hidden - reference).max()))
                 lengths.append(int(batch["input_ids"].shape[1]))

@@ -182,8 +182,9 @@ class CodeRetriever:
         with torch.inference_mode():
             for start in range(0, len(texts), step):
                 ids, att = tokenize(self.tokenizer, texts[start : start + step], self.max_query_length, self.device)
-                if self.query_runtime == "onnx" and self.onnx_encoder() is not None:
-                    q, mask = self.onnx_encoder()(ids.numpy(), att.numpy()), self.model.token_mask(ids, att).numpy()
+                runner = self.onnx_encoder() if self.query_runtime == "onnx" else None
+                if runner is not None:
+                    q, mask = runner(ids.numpy(), att.numpy()), self.model.token_mask(ids, att).numpy()
                     result.extend(q[row][mask[row]] for row in range(len(q)))
                     continue
                 with _autocast(self.device):
