@@ -52,7 +52,15 @@ def measure(args: argparse.Namespace) -> dict:
         zero_shot_scores = {q: [ScoredDoc(q, d, s) for d, s in hits] for q, hits in
                             json.loads(cache.read_text()).items()}
     model = None
+    done = resumed(args)
+    if done:
+        results, folds_out, per_query = done["results"], done["folds"], done["per_query"]["runs"]
+        baseline = done["first_stage"]
+        started -= done["seconds"]
+        print(f"resuming {args.output}: seeds {', '.join(folds_out)} already measured", flush=True)
     for seed in args.seeds:
+        if str(seed) in folds_out:
+            continue
         seed_everything(seed)
         config = RunConfig(dataset=args.dataset, split=args.split, reranker=args.reranker, seed=seed,
                            model=args.model, interpolate="auto", metrics=args.metrics, threads=args.threads,
@@ -140,6 +148,23 @@ def measure(args: argparse.Namespace) -> dict:
     return summary_of(args, plan, started, baseline, results, folds_out, per_query=per_query)
 
 
+def resumed(args: argparse.Namespace) -> dict | None:
+    """The partial result file a stopped run of this very command left at ``args.output`` (its seeds are
+    kept, the missing ones measured), else ``None``: re-running a stopped command resumes it."""
+    path = Path(args.output) if args.output else None
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if not data.get("partial") or data.get("command") != command_line():
+        return None
+    return data
+
+
+def command_line() -> str:
+    """This invocation as recorded in a result file."""
+    return shlex.join(["benchmarks/beyond_zero_shot.py", *sys.argv[1:]])
+
+
 def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_out: dict, partial: str = "",
                per_query: dict | None = None) -> dict:
     """The result file's content (``partial`` says how far a measurement still running has got)."""
@@ -149,7 +174,7 @@ def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_
     with open("/proc/loadavg") as handle:
         load = handle.read().split()[:3]
     return {**({"partial": partial} if partial else {}),
-            "command": shlex.join(["benchmarks/beyond_zero_shot.py", *sys.argv[1:]]),
+            "command": command_line(),
             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
             "loadavg_at_end": " ".join(load), "dataset": args.dataset, "split": args.split,
             "reranker": args.reranker, "model": args.model, "metric": plan.main_metric,
