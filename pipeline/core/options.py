@@ -20,17 +20,31 @@ def apply_overrides(configs: Sequence[Any], overrides: Mapping[str, Any]) -> Non
     strings to the field's type). An option no config knows, a value of the wrong type or one the config's
     own checks refuse is a :class:`ConfigError` naming the option (and, when unknown, the known ones)."""
     known = {f.name: config for config in configs for f in dataclasses.fields(config)}
+    refused = []
     for name, value in overrides.items():
         key = _known_key(name, known, "model option")
         config = known[key]
         current = getattr(config, key)
         setattr(config, key, _coerce(value, current, name))
-        if hasattr(config, "__post_init__"):
-            try:
-                config.__post_init__()
-            except (ValueError, PipelineError) as error:  # ConfigError included
-                # the configs check their own values (a traceback-free message either way)
-                raise ConfigError(f"option {name}={value!r}: {error}") from None
+        if _refusal(config) is not None:
+            refused.append((name, value, config))
+    # checked again once every option is set: a check across fields (distill_weight needs a teacher) must not
+    # depend on the order the options were given in
+    for name, value, config in refused:
+        error = _refusal(config)
+        if error is not None:  # the configs check their own values (a traceback-free message either way)
+            raise ConfigError(f"option {name}={value!r}: {error}")
+
+
+def _refusal(config: Any) -> Exception | None:
+    """The error ``config``'s own checks (``__post_init__``) raise for its current values, else ``None``."""
+    if not hasattr(config, "__post_init__"):
+        return None
+    try:
+        config.__post_init__()
+    except (ValueError, PipelineError) as error:  # ConfigError included
+        return error
+    return None
 
 
 def _known_key(name: str, known: Collection[str], label: str) -> str:

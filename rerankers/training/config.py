@@ -40,6 +40,9 @@ class TrainConfig:
                                     # epoch beats them (for encoders that rank well before any fine-tuning)
     accumulation_steps: int = 1     # micro-batches per step (each rank's share cut in that many forward/backward
                                     # passes, gradients added): the same step with 1/N of the activations' memory
+    teacher: str = ""               # distil from this re-ranker's scores: MODEL (the bi-encoder's) or RERANKER:MODEL
+    distill_weight: float = 0.0     # the distillation loss's share of the loss (0: none; needs a teacher)
+    distill_temperature: float = 1.0  # softmax temperature of the distillation (rerankers.training.distillation)
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -58,6 +61,17 @@ class TrainConfig:
             raise PipelineError(f"positive_relevance must be >= 1, got {self.positive_relevance}")
         if self.accumulation_steps < 1:
             raise PipelineError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
+        if not 0 <= self.distill_weight <= 1:
+            raise PipelineError(f"distill_weight must be in [0, 1] (the distillation loss's share), "
+                                f"got {self.distill_weight}")
+        if self.distill_temperature <= 0:
+            raise PipelineError(f"distill_temperature must be > 0, got {self.distill_temperature}")
+        if self.distill_weight > 0 and not self.teacher:
+            raise PipelineError("distill_weight > 0 needs a teacher (e.g. --set teacher=all-MiniLM-L6-v2)")
+        if self.distill_weight > 0 and self.loss not in ("softmax", "hinge"):
+            raise PipelineError(f"distillation compares the teacher's and the student's scores within a group of "
+                                f"documents: it needs loss softmax or hinge, not {self.loss!r} "
+                                f"(--set loss=softmax)")
         if self.warmup < 0:
             raise PipelineError(f"warmup must be >= 0 (a fraction of the steps, or a number of steps), "
                                 f"got {self.warmup}")

@@ -32,6 +32,7 @@ from pipeline.core.runtime import resolve_device, seed_everything, set_threads
 from infra import distributed
 from .config import TrainConfig
 from .data import RankingData, rerank_candidates
+from .distillation import Teacher, distillation_loss
 from .losses import in_batch_loss
 from .optim import learning_rate_factor, parameter_groups
 from .state import TRAINING_STATE_KIND, generator_states, load_state, restore_generators, save_state  # noqa: F401
@@ -147,7 +148,30 @@ class Trainer(TrainingSteps):
         return batches
 
     def loss(self, scores, units):
-        """The configured loss for a batch's flat ``scores``.
+        """The configured loss for a batch's flat ``scores``: :meth:`task_loss`, mixed with the distillation
+        loss from ``teacher``'s scores when ``distill_weight`` > 0 (:mod:`rerankers.training.distillation`).
+
+        Args:
+            scores: the scores of every (query, document) pair of ``units``, flat, in unit order.
+            units: the batch's ``(query, docs, labels)`` units.
+
+        Returns:
+            The mean loss, a scalar tensor.
+        """
+        task = self.task_loss(scores, units)
+        weight = self.config.distill_weight
+        if weight <= 0:
+            return task
+        if getattr(self, "teacher", None) is None:
+            self.teacher = Teacher(self.config.teacher)
+        import torch
+
+        teacher = torch.tensor(self.teacher.group_scores(units), dtype=torch.float32, device=scores.device)
+        distilled = distillation_loss(scores.view(len(units), -1), teacher, self.config.distill_temperature)
+        return (1 - weight) * task + weight * distilled
+
+    def task_loss(self, scores, units):
+        """The configured loss of the judgments alone (``loss``), before any distillation.
 
         Args:
             scores: the scores of every (query, document) pair of ``units``, flat, in unit order.
