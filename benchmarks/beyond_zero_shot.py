@@ -78,6 +78,9 @@ SAFE_FILES = {
     "dl/2020-bi-encoder-zero-shot.json": "dl/2020-bi-encoder-zero-shot-safe.json",
     "dl/2021-bi-encoder-zero-shot.json": "dl/2021-bi-encoder-zero-shot-safe.json",
     "microblog/2014-hcan-headline.json": "microblog/2014-hcan-headline-safe.json",
+    # measured under both rules at once (QL top 1000, as the cross-encoder rows)
+    "microblog/2013-bi-encoder-zero-shot-safe.json": "microblog/2013-bi-encoder-zero-shot-safe.json",
+    "microblog/2014-bi-encoder-zero-shot-safe.json": "microblog/2014-bi-encoder-zero-shot-safe.json",
     "microblog/2013-transformers-depth1000-3seeds.json": "microblog/2013-cross-encoder-safe.json",
     "microblog/2014-transformers-depth1000-3seeds.json": "microblog/2014-cross-encoder-safe.json",
     "dl/2021-knrm-drmm.json": "dl/2021-knrm-drmm-safe.json",
@@ -233,11 +236,11 @@ COLLECTIONS = [
      [("KNRM (recipe defaults, 5-fold CV)", "vaswani/knrm.json", "knrm")]),
     ("NFCorpus", "nDCG@10", "nfcorpus/bi-encoder-zero-shot.json",
      [("KNRM (recipe defaults, 5-fold CV)", "nfcorpus/knrm.json", "knrm")]),
-    ("Microblog 2013", "AP", None,
+    ("Microblog 2013", "AP", "microblog/2013-bi-encoder-zero-shot-safe.json",
      [("HCAN (hinge, up to 20 epochs)", "microblog/2013-hcan-hinge-all.json", "hcan-HCAN"),
       ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2013-transformers-depth1000-3seeds.json",
        "cross-encoder")]),
-    ("Microblog 2014", "AP", None,
+    ("Microblog 2014", "AP", "microblog/2014-bi-encoder-zero-shot-safe.json",
      [("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"),
       ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2014-transformers-depth1000-3seeds.json",
        "cross-encoder")]),
@@ -453,6 +456,27 @@ def render_three_way_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_versus_zero_shot_table(summary: dict) -> str:
+    """The table of issue 36 item 3 (block ``versus-zero-shot`` of BENCHMARKS.md): per collection, the zero-shot
+    combination and the best trained combination under the safe rule, and the per-seed paired test between them."""
+    lines = ["| collection | metric | first stage | zero-shot bi-encoder combined (safe rule) | best trained pipeline "
+             "| its combination (safe rule) | per seed: difference (paired p) | seeds significantly above |",
+             "|---|---|---|---|---|---|---|---|"]
+    for entry in summary["collections"]:
+        zero = entry.get("zero_shot_combined_safe") or {}
+        trained = entry.get("best_trained_combined_safe") or {}
+        if not zero or not trained:
+            continue
+        pvalues = entry.get("p_vs_zero_shot") or []
+        deltas = entry.get("best_trained_minus_zero_shot_per_seed") or []
+        per_seed = ", ".join(f"{d:+.4f} ({p:.2g})" for d, p in zip(deltas, pvalues)) or "n/a"
+        above = sum(1 for d, p in zip(deltas, pvalues) if p < SIGNIFICANCE and d > 0)
+        lines.append(f"| {entry['collection']} | {entry['metric']} | {fmt(entry['first_stage'])} | "
+                     f"{fmt(zero.get('mean'))} | {entry['best_trained']['name']} | {fmt(trained.get('mean'))} | "
+                     f"{per_seed} | {above} of {len(pvalues)} |")
+    return "\n".join(lines) + "\n"
+
+
 def replace_block(text: str, name: str, block: str) -> str:
     """``text`` with the lines between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` replaced by ``block``."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
@@ -493,6 +517,7 @@ def main(argv=None) -> int:
             text = replace_block(doc.read_text(encoding="utf-8"), "safe-combination", render_safe_table(summary))
             if doc.name == "BENCHMARKS.md":
                 text = replace_block(text, "three-way", render_three_way_table(summary))
+                text = replace_block(text, "versus-zero-shot", render_versus_zero_shot_table(summary))
             with atomic_write(doc) as handle:
                 handle.write(text)
     print(f"wrote {args.output}")

@@ -304,5 +304,10 @@ def test_the_recommendations_page_and_benchmarks_show_the_summary_as_rendered(pa
     script = load_script()
     kept = json.loads(SUMMARY_PATH.read_text(encoding="utf-8"))
     doc = (ROOT / page).read_text(encoding="utf-8")
-    block = doc.split("<!-- safe-combination:begin -->\n", 1)[1].split("<!-- safe-combination:end -->", 1)[0]
-    assert block == script.render_safe_table(kept), "stale: run python benchmarks/beyond_zero_shot.py build"
+    blocks = {"safe-combination": script.render_safe_table}
+    if page == "BENCHMARKS.md":
+        blocks.update({"three-way": script.render_three_way_table,
+                       "versus-zero-shot": script.render_versus_zero_shot_table})
+    for name, render in blocks.items():
+        block = doc.split(f"<!-- {name}:begin -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
+        assert block == render(kept), f"{page}, block {name} stale: run python benchmarks/beyond_zero_shot.py build"
