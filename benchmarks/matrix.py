@@ -203,6 +203,8 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", TUNED,
      {**_models("microblog/{year}-transformers-depth1000-3seeds.json", "cross-encoder+interp", ["mb2013", "mb2014"]),
       **_models("dl/{year}-cross-encoder.json", "cross-encoder+interp", ["dl19", "dl20"])}),
+    ("cross-encoder (MiniLM, 2 x 3,200 pairs)", SAFE,
+     _models("microblog/{year}-cross-encoder-safe.json", "cross-encoder+safe", ["mb2013", "mb2014"])),
     ("cross-encoder (MiniLM, 6 epochs)", ALONE, {"wikiqa": Source("wikiqa/long-ce-3seeds.json", "cross-encoder")}),
     ("ADDAX (MiniLM, 2 x 3,200 pairs)", ALONE,
      {**_models("microblog/{year}-transformers-depth1000-3seeds.json", "addax", ["mb2013", "mb2014"]),
@@ -218,16 +220,20 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
      {"wikiqa": Source("wikiqa/paper18-addax-3seeds.json", "addax")}),
     ("bi-encoder, zero-shot (MiniLM as packaged)", ALONE,
      {**_models("dl/{year}-bi-encoder-zero-shot.json", "bi-encoder", ["dl19", "dl20", "dl21"]),
+      # Microblog: QL's top 1000, measured under both rules at once
+      **_models("microblog/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder", ["mb2013", "mb2014"]),
       **{c: Source(f"{c}/bi-encoder-zero-shot.json", "bi-encoder")
          for c in ("nfcorpus", "wikiqa", "trecqa", "vaswani", "cranfield")}}),
     ("bi-encoder, zero-shot (MiniLM as packaged)", TUNED,
      {**_models("dl/{year}-bi-encoder-zero-shot.json", "bi-encoder+interp", ["dl19", "dl20", "dl21"]),
+      **_models("microblog/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder+interp", ["mb2013", "mb2014"]),
       **{c: Source(f"{c}/bi-encoder-zero-shot.json", "bi-encoder+interp")
          for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}}),
     ("bi-encoder, zero-shot (MiniLM as packaged)", SAFE,
      {**{key: source for key, source in _models("dl/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder+safe",
                                                ["dl19", "dl20", "dl21"]).items()
          if (RESULTS / source.file).is_file()},  # the DL years re-measured under the safe rule so far
+      **_models("microblog/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder+safe", ["mb2013", "mb2014"]),
       **{c: Source(f"{c}/bi-encoder-zero-shot-safe.json", "bi-encoder+safe")
          for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}}),
 ]
