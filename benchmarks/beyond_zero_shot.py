@@ -87,6 +87,7 @@ SAFE_FILES = {
     "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
     # the fine-tuning run holds its own +safe rows (benchmarks/results/dl/2019-bi-encoder-in-batch.md)
     "dl/2019-bi-encoder-in-batch.json": "dl/2019-bi-encoder-in-batch.json",
+    "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
     "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
     "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
     "wikiqa/match-srnn.json": "wikiqa/match-srnn-safe.json",
@@ -253,7 +254,9 @@ COLLECTIONS = [
       ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-addax.json", "addax"),
       ("HCAN (2 epochs x 3,200 pairs)", "dl/2019-hcan.json", "hcan"),
       ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2019-bi-encoder-in-batch.json",
-       "bi-encoder-in-batch")]),
+       "bi-encoder-in-batch"),
+      ("cross-encoder distilled from the zero-shot bi-encoder (distill_weight 0.5, 2 epochs x 640 groups of 5)",
+       "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled")]),
     ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json",
      [("DRMM", "dl/2020-knrm-drmm.json", "drmm"), ("KNRM", "dl/2020-knrm-drmm.json", "knrm"),
       ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-cross-encoder.json", "cross-encoder"),
