@@ -138,7 +138,8 @@ def write(args, out: dict, metric: str, started: float, partial: bool = False) -
     data = {**({"partial": f"{len(out['seeds'])} of {len(args.seeds)} seeds"} if partial else {}),
             "command": shlex.join(["benchmarks/three_way_combination.py", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started), "loadavg_at_end": load,
-            "dataset": args.dataset, "split": args.split, "seed_model": args.reranker, "zero_shot": ZERO_SHOT,
+            "dataset": args.dataset, "split": args.split, "seed_model": args.label or args.reranker,
+            "zero_shot": ZERO_SHOT,
             "metric": metric, "mean": {"two_way": statistics.mean(out["two_way"]),
                                        "three_way": statistics.mean(out["three_way"])}, **out}
     write_json(Path(args.output), data)
@@ -188,6 +189,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--split")
     parser.add_argument("--reranker", required=True, help="the trained seed model (knrm, hcan, drmm)")
+    parser.add_argument("--label", help="the seed model's name in the result (default: --reranker), e.g. to tell "
+                                        "a recipe given by --set apart")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--threads", type=int, default=1)
