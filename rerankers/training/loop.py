@@ -86,6 +86,8 @@ class Trainer(TrainingSteps):
         self.reranker = reranker
         self.config = config
         self.seed = seed
+        # loaded at its first batch (rerankers.training.distillation), so a Trainer is cheap to make
+        self.teacher = Teacher(config.teacher) if config.distill_weight > 0 else None
 
     # -- examples ------------------------------------------------------------------------------
     def epoch_units(self, data: RankingData, rng: random.Random) -> list[tuple[Query, list[Doc], list[float]]]:
@@ -162,8 +164,6 @@ class Trainer(TrainingSteps):
         weight = self.config.distill_weight
         if weight <= 0:
             return task
-        if getattr(self, "teacher", None) is None:
-            self.teacher = Teacher(self.config.teacher)
         import torch
 
         teacher = torch.tensor(self.teacher.group_scores(units), dtype=torch.float32, device=scores.device)
