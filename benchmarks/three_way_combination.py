@@ -71,6 +71,10 @@ def measure(args: argparse.Namespace) -> dict:
                            interpolate="auto", threads=args.threads, overrides=tuple(args.set))
         plan = plan_run(config, dataset)
         metric = plan.main_metric
+        if args.train_only:  # fill the model cache (e.g. beside another process scoring the zero-shot model)
+            trained_reranker(plan.training, dataset)
+            print(f"seed {seed}: {args.reranker} trained and cached", flush=True)
+            continue
         k = plan.depth or plan.k
         needed = sorted({q for fold in plan.folds for q in (*fold.test, *fold.dev, *fold.train)})
         first = retrieve(dataset, plan.first_stage, k, [dataset.queries[q] for q in needed], plan.settings)
@@ -126,7 +130,7 @@ def measure(args: argparse.Namespace) -> dict:
               f"three-way {out['three_way'][-1]:.4f} (p = {p:.3g})", flush=True)
         if args.output:
             write(args, out, metric, started, partial=seed != args.seeds[-1])
-    return write(args, out, metric, started) if args.output else out
+    return write(args, out, metric, started) if args.output and not args.train_only else out
 
 
 def write(args, out: dict, metric: str, started: float, partial: bool = False) -> dict:
@@ -195,12 +199,18 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--score-cache", help="JSON file keeping the zero-shot bi-encoder's scores between runs")
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", help="the result file (required unless --train-only)")
+    parser.add_argument("--train-only", action="store_true",
+                        help="only train the seeds' models into PIPELINE_HOME's model cache, so that a later "
+                             "measurement (e.g. one that shares a --score-cache) only scores")
     args = parser.parse_args(argv)
+    if not args.train_only and not args.output:
+        parser.error("--output is required (unless --train-only)")
     os.environ.setdefault("TQDM_DISABLE", "1")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     measure(args)
-    print(f"wrote {args.output}")
+    if args.output and not args.train_only:
+        print(f"wrote {args.output}")
     return 0
 
 
