@@ -46,3 +46,9 @@ def test_overlapping_seeds_or_another_measurement_are_refused(tmp_path):
         three_way.main(["--merge", str(_part(tmp_path / "a.json", [1])),
                         str(_part(tmp_path / "b.json", [2], model="knrm")), "--output", str(tmp_path / "m.json")])
     assert not (tmp_path / "m.json").exists()
+
+
+def test_a_measurement_needs_an_output_file_unless_it_only_trains(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        three_way.main(["--dataset", "vaswani", "--reranker", "knrm"])
+    assert stopped.value.code == 2 and "--output is required" in capsys.readouterr().err
