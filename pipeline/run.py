@@ -53,6 +53,7 @@ from .engine.obtain import obtain_model
 from .engine.naming import default_run_name, first_stage_label
 from .engine.plan import plan_run
 from .engine.resolve import check_given_options
+from .engine.stacking import stack_on_zero_shot
 from .shell import run_command
 from .engine.stages import append_tail, head, rerank, retrieve, set_scoring_arithmetic  # noqa: F401 (retrieve: p.retrieve)
 
@@ -84,6 +85,9 @@ class PipelineResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: with ``--interpolate``: the re-ranker's own run (``run`` is the interpolated one); otherwise None
     reranked: Run | None = None
+    #: with ``--zero-shot-base``: the first stage combined with the zero-shot model (``run`` stacks the
+    #: re-ranker on it); otherwise None
+    zero_shot_combined: Run | None = None
 
 
 def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
@@ -122,22 +126,30 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     final = rerank(reranker, dataset, top, batch_size=config.batch_size)
     timings["rerank"] = time.perf_counter() - started
 
-    reranked = None
+    reranked = zero_shot_combined = None
     if reranker is not None and plan.interpolation is not None:
         # the re-ranker alone is reported beside the interpolation: the same scores, no second scoring pass
         reranked = final
         started = time.perf_counter()
         weight = plan.interpolation
-        if weight == "auto":
-            weight = fusion.fold_weights(plan.folds, reranker, dataset, plan.first_stage, plan.depth or plan.k,
-                                         plan.settings, metric=plan.main_metric, given_model=bool(config.model),
-                                         context=context)
-        final = fusion.interpolate(top, final, weight)
+        if config.zero_shot_base:  # the plan made sure the weights are tuned ("auto")
+            zero_shot = obtain_model("bi-encoder", config.zero_shot_base, arithmetic=config).reranker
+            stacked = stack_on_zero_shot(plan.folds, zero_shot, reranker, dataset, context, plan.depth or plan.k,
+                                         top, final, plan.main_metric, given_model=bool(config.model))
+            zero_shot_combined, final = stacked.zero_shot_combined, stacked.final
+        else:
+            if weight == "auto":
+                weight = fusion.fold_weights(plan.folds, reranker, dataset, plan.first_stage, plan.depth or plan.k,
+                                             plan.settings, metric=plan.main_metric, given_model=bool(config.model),
+                                             context=context)
+            final = fusion.interpolate(top, final, weight)
         timings["interpolate"] = time.perf_counter() - started
     if reranker is not None and plan.depth:
         final = append_tail(final, first)
         if reranked is not None:
             reranked = append_tail(reranked, first)
+        if zero_shot_combined is not None:
+            zero_shot_combined = append_tail(zero_shot_combined, first)
     run_path = config.run_dir / f"{plan.name}.run"
     if distributed.is_main():  # under torchrun every rank holds the merged run; rank 0 writes it
         if reranked is not None:
@@ -153,11 +165,13 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
             # labelled with its depth: the first stage's own run (default k 1000) is another baseline
             baseline = (f"{default_run_name(dataset.name, first_stage_label(config, plan.first_stage), 'none', plan.split)}"
                         f" (top {plan.k})")
-            runs = {baseline: first, **({plan.alone_name: reranked} if reranked is not None else {}), plan.name: final}
+            runs = {baseline: first, **({plan.alone_name: reranked} if reranked is not None else {}),
+                    **({f"{baseline} + {config.zero_shot_base}": zero_shot_combined}
+                       if zero_shot_combined is not None else {}), plan.name: final}
         comparison = evaluation.compare(runs, evaluated.qrels, plan.metrics, baseline)
         if distributed.is_main():
             evaluation.save_report(comparison, config.run_dir, f"{plan.name}.eval")
-    return PipelineResult(run_path, final, comparison, timings, reranked)
+    return PipelineResult(run_path, final, comparison, timings, reranked, zero_shot_combined)
 
 
 def build_parser(prog: str = "python -m pipeline.run", description: str | None = None,

@@ -631,3 +631,46 @@ def change_in_place(path: Path, offset: int | None = None, keep_mtime: bool = Tr
     if keep_mtime:
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+
+
+# ------------------------------------------------- toy collections with a shipped first-stage run
+
+def toy_dataset(name: str, queries: int, candidates: int, relevant, score) -> Dataset:
+    """``queries`` queries of ``candidates`` documents each, one of them relevant (``relevant(ids)`` picks it),
+    which the shipped run scores ``score(rank)`` in the order of their ids."""
+    qs, docs, qrels, run = {}, {}, [], {}
+    for number in range(queries):
+        qid = f"q{number}"
+        qs[qid] = Query(qid, f"query {number}")
+        ids = [f"{qid}-d{i}" for i in range(candidates)]
+        for doc_id in ids:
+            docs[doc_id] = Doc(doc_id, f"text of {doc_id}")
+        chosen = relevant(ids)
+        qrels += [Qrel(qid, d, int(d == chosen)) for d in ids]
+        run[qid] = [ScoredDoc(qid, d, score(rank)) for rank, d in enumerate(ids)]
+    return Dataset(name, qs, qrels, lambda: docs.values(), name, {}, run, _store=docs)
+
+
+class Noise:
+    """A given checkpoint whose scores carry no information (seeded by the query and document ids)."""
+
+    name = "noise"
+
+    def score(self, query, docs):
+        return [random.Random(f"{query.query_id}/{doc.doc_id}").random() for doc in docs]
+
+    def fit(self, train, dev=None, state_path=None):
+        return None
+
+    def save(self, path):
+        Path(path).write_text("noise")
+
+    @classmethod
+    def load(cls, path):
+        return cls()
+
+
+def graded_dataset(queries: int = 60) -> Dataset:
+    """``queries`` queries of 10 candidates with one relevant each, which the shipped run ranks 1st to 5th."""
+    rng = random.Random(7)
+    return toy_dataset("graded-toy", queries, 10, lambda ids: ids[rng.randrange(5)], lambda rank: 10.0 - rank)

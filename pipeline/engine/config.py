@@ -127,6 +127,12 @@ class RunConfig:
         "(default, unless the dataset's recipe says otherwise) tunes W on the protocol's dev queries (never the "
         "test queries) by the main metric; 'none' keeps the re-ranker's own scores. The re-ranker alone is "
         "written and evaluated beside the combination (same scores)", TRAINING, metavar="auto|W|none")
+    zero_shot_base: str | None = option(
+        None, "stack the re-ranker on a zero-shot combination: MODEL (a sentence encoder, e.g. all-MiniLM-L6-v2, "
+        "scored by the bi-encoder, nothing trained) is combined with the first stage first, its weight tuned by "
+        "the safe rule on each fold's training and dev queries; the re-ranker is then combined with that ranking, "
+        "its weight tuned on the dev queries (it enters only with a proven gain). Needs --interpolate auto "
+        "(pipeline.engine.stacking)", TRAINING, metavar="MODEL")
 
     batch_size: int | None = option(None, "scoring batch in (query, document) pairs, filled across queries "
                                     "(default: the model's score_batch_size)", SCORING, metavar="N")
@@ -182,6 +188,12 @@ class RunConfig:
             environment_precision()
         except ValueError as error:
             raise ConfigError(str(error)) from None
+        if self.zero_shot_base is not None:
+            if self.reranker == "none":
+                raise ConfigError("--zero-shot-base needs --reranker: the model stacked on the zero-shot combination")
+            if self.interpolate is not None and self.interpolate != "auto":
+                raise ConfigError(f"--zero-shot-base tunes both weights: it needs --interpolate auto, got "
+                                  f"--interpolate {self.interpolate}")
         if self.model and self.reranker == "none":
             raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
         if self.first_stage_overrides:

@@ -14,6 +14,7 @@ from rerankers import reranker_class
 
 from .config import RunConfig
 from ..core.datasets import Dataset, select_queries
+from ..core.errors import ConfigError
 from ..core.records import Query
 from .fusion import check_tunable
 from .model_cache import TrainingPlan, training_plan
@@ -92,6 +93,9 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
     k = candidate_depth(config, dataset)
     metrics = metric_list(config, dataset, k)
     weight = interpolation(config, dataset)
+    if config.zero_shot_base and weight != "auto":
+        raise ConfigError(f"--zero-shot-base needs the tuned combination (--interpolate auto); {dataset.name}'s "
+                          f"recipe or the command gives --interpolate {weight if weight is not None else 'none'}")
     first_stage = first_stage_name(config, dataset)
     folds, training = None, None
     if cls is None or (config.model and weight != "auto"):

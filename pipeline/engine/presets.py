@@ -6,12 +6,12 @@ What was measured (effectiveness table, 3 seeds, paired t-test against the first
   above the first stage in every seed on Cranfield, Vaswani, NFCorpus, WikiQA and TREC DL 2019/2020/2021, and
   no trained re-ranker measured on those collections beats it (word-level models combined are level with
   BM25; the cross-encoder and ADDAX trained on two DL years are below it on DL19/DL20);
-* on Microblog the best measured pipeline is the cross-encoder trained on the other years (2 epochs x 3,200
-  pairs, re-ranking QL's top 1000) combined with QL: AP .4454 against QL .3924 (2014), .2852 against .2532
-  (2013); the zero-shot bi-encoder combined with QL (same top 1000, nothing trained) is level with it: .4435
-  and .2790, no seed's difference significant (BENCHMARKS.md, "Trained pipelines against the zero-shot
-  combination"), so the cross-encoder stays, by its nominally higher mean and its cost of the same order
-  (~17 min of training against ~25 min to score the tuning queries' 1,000 candidates with the bi-encoder);
+* on Microblog the best measured pipeline stacks the two: the zero-shot bi-encoder combined with QL (QL's top
+  1000, nothing trained) and, on top of that ranking, the cross-encoder trained on the other years (2 epochs x
+  3,200 pairs) (``--zero-shot-base``, :mod:`pipeline.engine.stacking`): AP .4803 on 2014 against .4435 for the
+  zero-shot combination alone (significant in each of 3 seeds) and .4444 for the cross-encoder + QL, QL .3924
+  (BENCHMARKS.md, "Trained pipelines against the zero-shot combination"). Each of the two combined with QL
+  alone is level with the other;
 * on TrecQA the shipped order (correct answers first, AP .9368) is above every re-ranker measured.
 
 So ``auto`` takes the measured best pipeline of a built-in collection (:data:`MEASURED`), and for any other
@@ -50,6 +50,8 @@ class Preset:
     overrides: tuple[str, ...] = ()
     k: int | None = None
     evidence: str = ""
+    #: ``--zero-shot-base``: the re-ranker is stacked on this zero-shot model's combination with the first stage
+    zero_shot_base: str | None = None
 
 
 ZERO_SHOT = Preset("bi-encoder", ZERO_SHOT_MODEL, evidence=(
@@ -59,10 +61,10 @@ ZERO_SHOT = Preset("bi-encoder", ZERO_SHOT_MODEL, evidence=(
 #: built-in collection -> its measured best pipeline, where that is not :data:`ZERO_SHOT`
 MEASURED: dict[str, Preset] = {
     "microblog": Preset("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
-                        "cross-encoder (2 epochs x 3,200 pairs) + QL: AP .4454 vs QL .3924 on 2014, .2852 vs .2532 "
-                        "on 2013 (benchmarks/results/microblog/2014-transformers-depth1000-3seeds.json); about 17 "
-                        "min of training on one CPU thread; the zero-shot bi-encoder + QL is level with it (.4435, "
-                        ".2790; benchmarks/results/microblog/2014-bi-encoder-zero-shot-safe.json)"),
+                        "QL + zero-shot bi-encoder, then the cross-encoder (2 epochs x 3,200 pairs) stacked on it: "
+                        "AP .4803 vs .4435 for QL + zero-shot bi-encoder (significant in 3 of 3 seeds) and QL .3924 "
+                        "on 2014 (benchmarks/results/microblog/2014-three-way-bi-encoder-cross-encoder.json)",
+                        zero_shot_base=ZERO_SHOT_MODEL),
     "trecqa": Preset("none", evidence="the shipped order (AP .9368, correct answers first) is above every "
                                       "re-ranker measured (bi-encoder .7667, HCAN .6996)"),
 }
@@ -90,9 +92,12 @@ def resolve_auto(config, dataset):
     if interpolate is None and preset.model is not None and not dataset.qrels:
         interpolate = str(UNJUDGED_WEIGHT)  # nothing to tune on: the measured weight
     resolved = dataclasses.replace(config, reranker=preset.reranker, model=preset.model,
-                                   overrides=preset.overrides, k=config.k or preset.k, interpolate=interpolate)
-    log.info("--reranker auto on %s: %s%s%s%s (%s)", dataset.name, preset.reranker,
+                                   overrides=preset.overrides, k=config.k or preset.k, interpolate=interpolate,
+                                   zero_shot_base=config.zero_shot_base or (
+                                       preset.zero_shot_base if interpolate in (None, "auto") else None))
+    log.info("--reranker auto on %s: %s%s%s%s%s (%s)", dataset.name, preset.reranker,
              f" --model {preset.model}" if preset.model else "",
              "".join(f" --set {o}" for o in preset.overrides),
+             f" --zero-shot-base {resolved.zero_shot_base}" if resolved.zero_shot_base else "",
              f" --interpolate {interpolate}" if interpolate else "", preset.evidence)
     return resolved

@@ -15,8 +15,10 @@ import rerankers
 from pipeline.engine import fusion
 from pipeline.core.datasets import Dataset
 from pipeline.core.plugins import Registry
-from pipeline.core.records import Doc, Qrel, Query, ScoredDoc
+from pipeline.core.records import Qrel, ScoredDoc
 from pipeline.engine.protocols import Fold
+
+from helpers import Noise, graded_dataset, toy_dataset
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARY_PATH = ROOT / "benchmarks" / "results" / "combination" / "beyond-zero-shot.json"
@@ -118,22 +120,6 @@ class Recording:
         return [1.0 if doc.doc_id.endswith("-d0") else 0.0 for doc in docs]
 
 
-def toy_dataset(name: str, queries: int, candidates: int, relevant, score) -> Dataset:
-    """``queries`` queries of ``candidates`` documents each, one of them relevant (``relevant(ids)`` picks it),
-    which the shipped run scores ``score(rank)`` in the order of their ids."""
-    qs, docs, qrels, run = {}, {}, [], {}
-    for number in range(queries):
-        qid = f"q{number}"
-        qs[qid] = Query(qid, f"query {number}")
-        ids = [f"{qid}-d{i}" for i in range(candidates)]
-        for doc_id in ids:
-            docs[doc_id] = Doc(doc_id, f"text of {doc_id}")
-        chosen = relevant(ids)
-        qrels += [Qrel(qid, d, int(d == chosen)) for d in ids]
-        run[qid] = [ScoredDoc(qid, d, score(rank)) for rank, d in enumerate(ids)]
-    return Dataset(name, qs, qrels, lambda: docs.values(), name, {}, run, _store=docs)
-
-
 def shipped_dataset(queries: int = 30) -> Dataset:
     """``queries`` queries, four candidates each, the relevant ``-d0`` ranked last by the shipped run."""
     return toy_dataset("shipped-toy", queries, 4, lambda ids: ids[0], float)
@@ -155,31 +141,6 @@ def test_fold_weights_never_score_a_test_query(given_model):
 
 
 # ------------------------------------------------------------------ the command line, from an empty home
-
-class Noise:
-    """A given checkpoint whose scores carry no information (seeded by the query and document ids)."""
-
-    name = "noise"
-
-    def score(self, query, docs):
-        return [random.Random(f"{query.query_id}/{doc.doc_id}").random() for doc in docs]
-
-    def fit(self, train, dev=None, state_path=None):
-        return None
-
-    def save(self, path):
-        Path(path).write_text("noise")
-
-    @classmethod
-    def load(cls, path):
-        return cls()
-
-
-def graded_dataset(queries: int = 60) -> Dataset:
-    """``queries`` queries of 10 candidates with one relevant each, which the shipped run ranks 1st to 5th."""
-    rng = random.Random(7)
-    return toy_dataset("graded-toy", queries, 10, lambda ids: ids[rng.randrange(5)], lambda rank: 10.0 - rank)
-
 
 def test_auto_with_an_uninformative_model_gives_back_the_first_stage(monkeypatch, tmp_path):
     from pipeline.run import parse_config, run_pipeline
@@ -253,19 +214,21 @@ def named(dataset: Dataset, name: str, judged: bool = True) -> Dataset:
     ("my-collection", False, ("bi-encoder", "all-MiniLM-L6-v2", (), None, "UNJUDGED")),
     ("cranfield", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
     ("microblog", True, ("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
-                         None)),
+                         None, "all-MiniLM-L6-v2")),
     ("trecqa", True, ("none", None, (), None, None)),
 ])
 def test_auto_takes_the_measured_pipeline_of_the_collection(name, judged, expected):
     from pipeline.engine.config import RunConfig
     from pipeline.engine.presets import UNJUDGED_WEIGHT, resolve_auto
 
-    expected = expected[:-1] + (str(UNJUDGED_WEIGHT) if expected[-1] == "UNJUDGED" else expected[-1],)
+    expected = (*expected, None)[:6]  # the zero-shot model the re-ranker is stacked on: none but where given
+    expected = expected[:4] + (str(UNJUDGED_WEIGHT) if expected[4] == "UNJUDGED" else expected[4], expected[5])
     config = resolve_auto(RunConfig(reranker="auto"), named(graded_dataset(10), name, judged))
-    assert (config.reranker, config.model, config.overrides, config.k, config.interpolate) == expected
-    # what the user gave is kept
+    assert (config.reranker, config.model, config.overrides, config.k, config.interpolate,
+            config.zero_shot_base) == expected
+    # what the user gave is kept; a fixed weight leaves nothing to stack on
     kept = resolve_auto(RunConfig(reranker="auto", interpolate="0.7", k=50), named(graded_dataset(10), name, judged))
-    assert kept.interpolate == "0.7" and kept.k == 50
+    assert kept.interpolate == "0.7" and kept.k == 50 and kept.zero_shot_base is None
     assert resolve_auto(RunConfig(reranker="knrm"), graded_dataset(10)) == RunConfig(reranker="knrm")
 
 

@@ -1,0 +1,137 @@
+"""``--zero-shot-base`` (pipeline.engine.stacking): a re-ranker stacked on the zero-shot combination. The zero-shot
+model scores each query once, no weight is tuned on a test query, a trained model that proves nothing leaves the
+zero-shot combination as it is, one that knows more enters; and the command runs it from an empty home."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import rerankers
+from pipeline.core.plugins import Registry
+from pipeline.engine.context import FirstStageContext
+from pipeline.engine.fusion import interpolate
+from pipeline.engine.protocols import Fold
+from pipeline.engine.stacking import stack_on_zero_shot
+from pipeline.engine.stages import rerank
+
+from helpers import Noise, graded_dataset
+
+
+class Counting:
+    """A re-ranker that counts the queries it scores; ``knows`` decides whether it scores the relevant document
+    (the one the qrels judge 1) above the others, else it scores like :class:`helpers.Noise`."""
+
+    name = "counting"
+
+    def __init__(self, dataset, knows: bool):
+        self.relevant = {(q.query_id, q.doc_id) for q in dataset.qrels if q.relevance > 0}
+        self.knows = knows
+        self.scored: Counter = Counter()
+
+    def score(self, query, docs):
+        self.scored[query.query_id] += 1
+        if self.knows:
+            return [1.0 if (query.query_id, doc.doc_id) in self.relevant else 0.0 for doc in docs]
+        return Noise().score(query, docs)
+
+
+def folds_of(dataset):
+    ids = sorted(dataset.queries)
+    return [Fold("fold1", ids[:24], ids[24:32], ids[32:]), Fold("fold2", ids[10:34], ids[:10], ids[34:])]
+
+
+def stack(dataset, zero_shot, trained, folds):
+    context = FirstStageContext(dataset, "shipped")
+    tested = [q for fold in folds for q in fold.test]
+    top = context.search([dataset.queries[q] for q in tested], 10)
+    reranked = rerank(trained, dataset, top)
+    trained.scored.clear()  # what the tuning scores from here on
+    return stack_on_zero_shot(folds, zero_shot, trained, dataset, context, 10, top, reranked, "AP"), top
+
+
+def test_the_zero_shot_model_scores_each_query_once_and_the_trained_one_only_dev_queries():
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    zero_shot, trained = Counting(dataset, knows=False), Counting(dataset, knows=True)
+    stacked, _ = stack(dataset, zero_shot, trained, folds)
+    # two folds whose tuning queries overlap: still one scoring per query
+    assert set(zero_shot.scored.values()) == {1}
+    assert set(zero_shot.scored) == {q for fold in folds for q in (*fold.train, *fold.dev, *fold.test)}
+    tested = {q for fold in folds for q in fold.test}
+    assert set(trained.scored) == {q for fold in folds for q in fold.dev} and not set(trained.scored) & tested
+    assert set(stacked.final) == set(stacked.zero_shot_combined) == tested
+
+
+def test_a_trained_model_that_proves_nothing_leaves_the_zero_shot_combination_as_it_is():
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    stacked, _ = stack(dataset, Counting(dataset, knows=True), Counting(dataset, knows=False), folds)
+    assert all(second.weight == 1.0 for _, second in stacked.choices.values())
+    for query_id, hits in stacked.final.items():
+        assert [h.doc_id for h in hits] == [h.doc_id for h in stacked.zero_shot_combined[query_id]]
+
+
+def test_a_trained_model_that_knows_more_enters_on_top_of_an_uninformative_zero_shot_model():
+    from pipeline.core.evaluation import evaluate
+
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    stacked, top = stack(dataset, Counting(dataset, knows=False), Counting(dataset, knows=True), folds)
+    assert all(first.weight == 1.0 for first, _ in stacked.choices.values())  # noise: the first stage stays
+    assert all(second.weight < 1.0 for _, second in stacked.choices.values())
+    judged = dataset.subset(list(top)).qrels
+    ap = {name: evaluate(run, judged, "AP").aggregate["AP"]
+          for name, run in (("first", top), ("two", stacked.zero_shot_combined), ("final", stacked.final))}
+    assert ap["two"] == pytest.approx(ap["first"]) and ap["final"] > ap["two"] + 0.2
+
+
+@pytest.fixture
+def noise_registered(monkeypatch, tmp_path):
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))  # empty, as a new user's
+    monkeypatch.setattr(rerankers, "REGISTRY", Registry("re-ranker", "neural_rerank.rerankers", rerankers.BUILTIN))
+    rerankers.register("noise", Noise)
+    checkpoint = tmp_path / "noise.model"
+    checkpoint.write_text("noise")
+    return checkpoint
+
+
+def test_the_command_stacks_on_the_packaged_bi_encoder_from_an_empty_home(noise_registered, monkeypatch, tmp_path):
+    from pipeline.run import parse_config, run_pipeline
+
+    for variable, value in {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(variable, value)  # nothing is downloaded
+    dataset = graded_dataset(40)
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    result = run_pipeline(parse_config(["--dataset", "graded-toy", "--reranker", "noise", "--model",
+                                        str(noise_registered), "--zero-shot-base", "all-MiniLM-L6-v2",
+                                        "--first-stage", "shipped", "--metrics", "AP", "--output-dir",
+                                        str(tmp_path / "runs")]))
+    assert result.run_path.stem.endswith("-on-" + result.run_path.stem.rsplit("-on-", 1)[1])
+    assert "all-MiniLM-L6-v2" in result.run_path.stem and result.run_path.is_file()
+    # noise never proves a gain on top of the zero-shot combination: the result is that combination
+    assert result.zero_shot_combined is not None and set(result.run) == set(dataset.queries)
+    for query_id, hits in result.run.items():
+        assert [h.doc_id for h in hits] == [h.doc_id for h in result.zero_shot_combined[query_id]], query_id
+    names = [e.name for e in result.comparison.evaluations]
+    assert any(name.endswith("+ all-MiniLM-L6-v2") for name in names) and result.run_path.stem in names
+    # the re-ranker alone is reported too (the same scores, not stacked)
+    assert result.reranked is not None and any(name.endswith("-alone") for name in names)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--reranker", "none"], "--zero-shot-base needs --reranker"),
+    (["--reranker", "knrm", "--interpolate", "0.3"], "it needs --interpolate auto"),
+])
+def test_stacking_without_a_re_ranker_or_a_tuned_weight_is_one_line_and_exit_2(extra, message, capsys):
+    from pipeline.run import main
+
+    assert main(["--dataset", "cranfield", "--zero-shot-base", "all-MiniLM-L6-v2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_interpolating_with_weight_one_keeps_the_ranking_stacking_relies_on():
+    dataset = graded_dataset(4)
+    two_way = dict(dataset.first_stage)
+    assert interpolate(two_way, {q: list(reversed(h)) for q, h in two_way.items()}, 1.0) == two_way
