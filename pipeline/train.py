@@ -32,8 +32,8 @@ from .shell import run_command
 
 
 #: flags of pipeline.run that change the run but not the trained models: pipeline.train does not take them
-RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "interpolate", "batch_size", "int8", "bf16",
-           "precision")
+RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "interpolate", "zero_shot_base", "batch_size",
+           "int8", "bf16", "precision")
 
 
 def fold_line(model: FoldModel) -> str:
