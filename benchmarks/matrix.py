@@ -63,6 +63,8 @@ class Source:
         """
         if self.file.endswith(".json"):
             data = load_json(self.file)
+            if self.row == STACKED_ROW:  # a three_way_combination.py file: the stacked run of each seed
+                return [float(v) for v in data["three_way"]]
             if self.row.endswith("+safe"):
                 # the rule --interpolate auto applies now, replayed where the file records every weight's
                 # test values (beyond_zero_shot.safe_result checks the replay against the recorded rows)
@@ -133,6 +135,10 @@ COLUMNS = [
 ]
 
 ALONE, TUNED, SAFE = "", " + first stage, tuned weight", " + first stage, safe rule"
+#: a model stacked on the zero-shot combination (``--zero-shot-base``, ``three_way_combination.py``)
+STACKED = " stacked on first stage + zero-shot bi-encoder, safe rule"
+#: the row of a three-way result file that holds the stacked run's per-seed values
+STACKED_ROW = "three-way"
 
 
 def _models(pattern: str, row: str, keys: list[str]) -> dict[str, Source]:
@@ -242,6 +248,17 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
       **_models("microblog/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder+safe", ["mb2013", "mb2014"]),
       **{c: Source(f"{c}/bi-encoder-zero-shot-safe.json", "bi-encoder+safe")
          for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}}),
+    ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
+     {key: source for key, source in {
+         "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),
+         "mb2013": Source("microblog/2013-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),
+         "nfcorpus": Source("nfcorpus/three-way-bi-encoder-cross-encoder.json", STACKED_ROW)}.items()
+      if (RESULTS / source.file).is_file()}),
+    ("cross-encoder distilled from the zero-shot bi-encoder (weight 0.5, 2 x 640 groups of 5)", STACKED,
+     {key: source for key, source in {
+         "dl19": Source("dl/2019-three-way-bi-encoder-cross-encoder-distilled.json", STACKED_ROW),
+         "dl20": Source("dl/2020-three-way-bi-encoder-cross-encoder-distilled.json", STACKED_ROW)}.items()
+      if (RESULTS / source.file).is_file()}),
 ]
 
 
