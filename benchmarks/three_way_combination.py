@@ -46,11 +46,12 @@ def measure(args: argparse.Namespace) -> dict:
     from pipeline.core.datasets import load_dataset
     from pipeline.core.records import ScoredDoc
     from pipeline.core.runtime import seed_everything
-    from pipeline.engine import fusion
     from pipeline.engine.config import RunConfig
     from pipeline.engine.model_cache import trained_reranker
     from pipeline.engine.plan import plan_run
-    from pipeline.engine.stages import rerank, retrieve
+    from pipeline.engine.context import FirstStageContext
+    from pipeline.engine.stacking import stack_on_zero_shot
+    from pipeline.engine.stages import rerank
     from rerankers.bi_encoder import BiEncoderReranker
 
     os.environ["PIPELINE_THREADS"] = str(args.threads)
@@ -77,7 +78,8 @@ def measure(args: argparse.Namespace) -> dict:
             continue
         k = plan.depth or plan.k
         needed = sorted({q for fold in plan.folds for q in (*fold.test, *fold.dev, *fold.train)})
-        first = retrieve(dataset, plan.first_stage, k, [dataset.queries[q] for q in needed], plan.settings)
+        context = FirstStageContext(dataset, plan.first_stage, plan.settings)
+        first = context.search([dataset.queries[q] for q in needed], k)
         missing = {q: first[q] for q in first if q not in zero}
         if missing:
             bi_model = bi_model or BiEncoderReranker.load(ZERO_SHOT)
@@ -87,30 +89,20 @@ def measure(args: argparse.Namespace) -> dict:
 
                 write_json(cache, {q: [[h.doc_id, h.score] for h in hits] for q, hits in zero.items()})
         seed_model = trained_reranker(plan.training, dataset)
-        two_way, three_way, folds = {}, {}, []
-        for fold in plan.folds:
-            model = seed_model.models[fold.test[0]] if hasattr(seed_model, "models") else seed_model
-            tuning = fusion.tuning_queries(fold, given_model=True)
-            bi_choice = fusion.choose_weight({q: first[q] for q in tuning}, {q: zero[q] for q in tuning},
-                                             dataset.qrels, metric)
-            scored = [*fold.dev, *fold.test]
-            two = fusion.interpolate({q: first[q] for q in scored}, {q: zero[q] for q in scored}, bi_choice.weight)
-            seeded = rerank(model, dataset, {q: first[q] for q in scored})
-            seed_choice = fusion.choose_weight({q: two[q] for q in fold.dev}, {q: seeded[q] for q in fold.dev},
-                                               dataset.qrels, metric)
-            # weight 1 (the seed model does not enter) keeps the two-way ranking as it is (fusion.interpolate)
-            three = fusion.interpolate({q: two[q] for q in fold.test}, {q: seeded[q] for q in fold.test},
-                                       seed_choice.weight)
-            two_way.update({q: two[q] for q in fold.test})
-            three_way.update(three)
-            folds.append({"fold": fold.name, "bi_encoder_weight_of_first_stage": bi_choice.weight,
+        tested = [q for fold in plan.folds for q in fold.test]
+        top = {q: first[q] for q in tested}
+        # the steps of --zero-shot-base, with the zero-shot scores of the cache
+        stacked = stack_on_zero_shot(plan.folds, None, seed_model, dataset, context, k, top,
+                                     rerank(seed_model, dataset, top), metric, zero_scores=zero)
+        two_way, three_way, folds = stacked.zero_shot_combined, stacked.final, []
+        for name, (bi_choice, seed_choice) in stacked.choices.items():
+            folds.append({"fold": name, "bi_encoder_weight_of_first_stage": bi_choice.weight,
                           "seed_model": {"weight_of_two_way": seed_choice.weight, "tuned": seed_choice.tuned,
                                          "dev_queries": seed_choice.queries,
                                          "held_out_gain": round(seed_choice.held_out_gain, 6),
                                          "p_one_sided": seed_choice.p_value}})
-            print(f"seed {seed} {fold.name}: bi-encoder w={bi_choice.weight:.2f}; {args.reranker}: "
+            print(f"seed {seed} {name}: bi-encoder w={bi_choice.weight:.2f}; {args.reranker}: "
                   f"{seed_choice.describe()}", flush=True)
-        tested = [q for fold in plan.folds for q in fold.test]
         comparison = evaluation.compare({"first": {q: first[q] for q in tested}, "two": two_way, "three": three_way},
                                         dataset.subset(tested).qrels, metric, "first")
         by_name = {e.name: e for e in comparison.evaluations}

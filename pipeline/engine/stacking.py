@@ -45,7 +45,8 @@ class StackedRuns:
 
 
 def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, context: FirstStageContext,
-                       depth: int, top: Run, reranked: Run, metric: str, given_model: bool = False) -> StackedRuns:
+                       depth: int, top: Run, reranked: Run, metric: str, given_model: bool = False,
+                       zero_scores: Run | None = None) -> StackedRuns:
     """The stacked combination of the module docstring over ``folds``.
 
     Args:
@@ -60,6 +61,8 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
         metric: the main metric the weights are chosen by.
         given_model: ``reranker`` is a given checkpoint that saw none of the collection: step 2 tunes on
             the fold's training queries too.
+        zero_scores: the zero-shot model's scores of every test and tuning query's candidates, when the
+            caller has them (a benchmark's score cache); ``None``: ``zero_shot`` scores them here.
 
     Returns:
         a :class:`StackedRuns` over the test queries of ``folds``.
@@ -72,7 +75,8 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
     tuning = {fold.name: tuning_queries(fold, given_model=True) for fold in folds}
     needed = sorted({q for fold in folds for q in tuning[fold.name]} - set(top))
     candidates = {**context.search([dataset.queries[q] for q in needed], depth), **top} if needed else dict(top)
-    zero_scores = rerank(zero_shot, dataset, candidates)  # every query once, whatever the number of folds
+    if zero_scores is None:
+        zero_scores = rerank(zero_shot, dataset, candidates)  # every query once, whatever the number of folds
     zero_combined: Run = {}
     final: Run = {}
     choices: dict[str, tuple[WeightChoice, WeightChoice]] = {}
