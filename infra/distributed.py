@@ -146,14 +146,27 @@ def init_from_environment() -> bool:
     return True
 
 
-def shutdown() -> None:
-    """Leave the process group (at the end of a command)."""
+def shutdown(finished: bool = True) -> None:
+    """Leave the process group (at the end of a command).
+
+    Args:
+        finished: the command's work ended normally on this rank, so every rank reaches this point and they
+            leave together (a barrier first). ``False`` after a fault: this rank leaves at once, since the
+            others may be inside a collective that no barrier would match.
+    """
     if "torch" not in sys.modules:  # nothing ran (e.g. --help): no group to leave, and torch stays unloaded
         return
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            # The ranks leave together. A rank that tore its gloo pairs down while another still worked (rank 0
+            # merging the IVF lists alone) was seen to abort at exit ("terminate called without an active
+            # exception"); the group's long timeout (``init``) bounds this wait like any other.
+            if finished:
+                dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def share(units: Sequence[Any]) -> tuple[list, float]:

@@ -67,6 +67,7 @@ def run_command(work: Callable[[], int | None], kept: str = NOTHING_KEPT, on_wri
     configure_logging()
     keep_freed_memory()
     group = None
+    finished = False
     try:
         with exit_cleanly(kept):
             if distributed:
@@ -74,6 +75,7 @@ def run_command(work: Callable[[], int | None], kept: str = NOTHING_KEPT, on_wri
 
                 group.init_from_environment()
             code = work()
+            finished = True
     except PipelineError as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
@@ -84,5 +86,5 @@ def run_command(work: Callable[[], int | None], kept: str = NOTHING_KEPT, on_wri
         return 1
     finally:
         if group is not None:
-            group.shutdown()
+            group.shutdown(finished)
     return 0 if code is None else int(code)
