@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -86,9 +87,14 @@ def seed_ir_datasets_cache(dataset_id: str, mirror: Path | None) -> list[Path]:
                     log.debug("mirror file %s does not have the md5 ir_datasets expects for %s; skipped", candidate, top)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                temp = target.with_name(f".{target.name}.mirror-tmp")
-                shutil.copyfile(candidate, temp)
-                os.replace(temp, target)
+                # a temp name of this process's own: two processes seeding one cache at once (two runs started
+                # side by side from an empty home) must not rename each other's copy away
+                temp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.mirror-tmp")
+                try:
+                    shutil.copyfile(candidate, temp)
+                    os.replace(temp, target)
+                finally:
+                    temp.unlink(missing_ok=True)
                 placed.append(target)
                 break
             if target.exists():

@@ -517,6 +517,33 @@ def test_seed_cache_checks_md5(tmp_path, monkeypatch, data_root):
     assert datasets.seed_ir_datasets_cache("cranfield", good) == []  # already there
 
 
+def test_two_processes_seeding_one_cache_at_once_both_succeed(tmp_path, monkeypatch, data_root):
+    """Two runs started side by side from an empty home seed the same ir_datasets cache: while one copies, the
+    other copies and renames its own copy into place; the first's rename still succeeds and no temp is left."""
+    monkeypatch.setenv("IR_DATASETS_HOME", str(tmp_path / "home"))
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    shutil.copy(data_root / "classic-glasgow" / "cran.tar.gz", mirror / "cran.tar.gz")
+    copy, pid = shutil.copyfile, os.getpid
+    placed_meanwhile, process = [], [pid()]
+
+    def copy_while_another_seeds(source, destination):
+        copy(source, destination)
+        if process[0] == pid():  # the other process runs its whole seeding between this copy and its rename
+            process[0] = pid() + 1
+            placed_meanwhile.append(datasets.seed_ir_datasets_cache("cranfield", mirror))
+            process[0] = pid()
+        return destination
+
+    monkeypatch.setattr(os, "getpid", lambda: process[0])
+    monkeypatch.setattr(shutil, "copyfile", copy_while_another_seeds)
+    placed = datasets.seed_ir_datasets_cache("cranfield", mirror)
+    target = tmp_path / "home" / "cranfield" / "cran.tar.gz"
+    assert placed == [target] and placed_meanwhile == [[target]]
+    assert hashlib.md5(target.read_bytes()).hexdigest() == CRAN_MD5
+    assert sorted(os.listdir(target.parent)) == ["cran.tar.gz"]
+
+
 @pytest.mark.slow
 def test_vaswani_falls_back_to_the_local_copy(data_root, no_network, caplog):
     # This session's IR_DATASETS_HOME is empty and downloads fail, so ir_datasets cannot get npl.tar.gz.
