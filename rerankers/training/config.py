@@ -28,7 +28,7 @@ class TrainConfig:
     dev_metric: str = "AP"
     dev_depth: int = 0              # re-rank only the top dev_depth candidates for the dev metric (0: all)
     bucket_batches: int = 20        # batches drawn from one length-sorted bucket
-    amp: bool = False               # mixed precision (bfloat16 autocast) on CUDA
+    amp: bool = False               # mixed precision (bfloat16 autocast) on CUDA and on a CPU with native bf16
     device: str = "auto"            # auto | cpu | cuda | cuda:N
     score_batch_size: int = 256
     schedule: str = "constant"      # learning rate over the run: constant | linear (falls to ~0 at the last step)

@@ -27,7 +27,7 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.core.evaluation import evaluate
 from pipeline.core.records import Doc, Query
-from pipeline.core.runtime import resolve_device, seed_everything, set_threads
+from pipeline.core.runtime import native_bf16, resolve_device, seed_everything, set_threads
 
 from infra import distributed
 from .config import TrainConfig
@@ -238,7 +238,8 @@ class Trainer(TrainingSteps):
             optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
         else:
             optimizer = torch.optim.Adam(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
-        use_amp = config.amp and device.type == "cuda"
+        # a CPU without bfloat16 instructions would emulate it, slower than float32: there ``amp`` stays off
+        use_amp = config.amp and (device.type == "cuda" or (device.type == "cpu" and native_bf16()))
         scheduler, last_learning_rate, total_steps = None, config.learning_rate, 0
         report = TrainReport()
         best_state, best_score, stale, done = None, -math.inf, 0, 0

@@ -652,3 +652,31 @@ def test_training_says_what_it_will_cost_after_a_few_batches(tiny, caplog):
     assert f"hcan: {units} training units per epoch (each a relevant document with" in caplog.text
     assert units > 4 * ESTIMATE_AFTER  # enough batches for the estimate
     assert f"s per batch over the first {ESTIMATE_AFTER}: about" in caplog.text and "min per epoch" in caplog.text
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_amp_trains_under_cpu_bf16_autocast_only_where_bf16_is_native(tmp_path, monkeypatch, native):
+    """``--set amp=true`` on a CPU: the training forward runs under bfloat16 autocast where the CPU has bfloat16
+    instructions (about 2x faster per step there); elsewhere torch would emulate bfloat16, slower than float32,
+    so the forward stays float32. Either way the model learns (finite, falling loss)."""
+    import rerankers.training.loop as loop
+    from tests.helpers import TOPICS, train_tiny, write_pairs
+
+    for split, seed, topics in (("train", 1, TOPICS[:8]), ("dev", 2, TOPICS[8:10]), ("test", 3, TOPICS[10:])):
+        write_pairs(tmp_path / split, seed, topics)
+    dataset = load_local(tmp_path)
+    monkeypatch.setattr(loop, "native_bf16", lambda: native)
+    seen = []
+    original = torch.nn.Linear.forward
+
+    def recording(self, x):
+        out = original(self, x)
+        if torch.is_grad_enabled():  # training steps, not dev scoring
+            seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", recording)
+    _, report, _ = train_tiny(dataset, epochs=2, device="cpu", amp=True)
+    assert seen and set(seen) == ({torch.bfloat16} if native else {torch.float32})
+    losses = [e.loss for e in report.epochs]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
