@@ -251,8 +251,12 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
          "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),
-         "mb2013": Source("microblog/2013-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),
-         "nfcorpus": Source("nfcorpus/three-way-bi-encoder-cross-encoder.json", STACKED_ROW)}.items()
+         "mb2013": Source("microblog/2013-three-way-bi-encoder-cross-encoder.json", STACKED_ROW)}.items()
+      if (RESULTS / source.file).is_file()}),
+    ("cross-encoder (MiniLM, 1 x 1,600 pairs, bf16 training)", STACKED,
+     {key: source for key, source in {
+         c: Source(f"{c}/three-way-bi-encoder-cross-encoder-bf16.json", STACKED_ROW)
+         for c in ("cranfield", "nfcorpus")}.items()
       if (RESULTS / source.file).is_file()}),
     ("cross-encoder distilled from the zero-shot bi-encoder (weight 0.5, 2 x 640 groups of 5)", STACKED,
      {key: source for key, source in {
