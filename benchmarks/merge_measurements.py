@@ -1,7 +1,7 @@
 """Merge the result files of several ``beyond_zero_shot.py measure`` runs of one protocol into one file.
 
     python benchmarks/merge_measurements.py /tmp/cranfield-seed1.json /tmp/cranfield-seed2.json \\
-        /tmp/cranfield-seed3.json --output benchmarks/results/cranfield/bi-encoder-in-batch-bf16.json
+        /tmp/cranfield-seed3.json --output /tmp/cranfield-3-seeds.json
 
 A measurement that trains a model per fold and seed takes about an hour per seed on one thread; it is run as
 one process per seed (one per core) and the files joined here. ``merge_results.py`` does the same for
