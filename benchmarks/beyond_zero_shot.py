@@ -272,7 +272,7 @@ THREE_WAY = {
     "Cranfield": ["cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
     "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json"],
     "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
-    "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json"],
+    "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json", "microblog/2013-three-way-bi-encoder-hcan.json"],
     "Microblog 2014": ["microblog/2014-three-way-bi-encoder-cross-encoder.json", "microblog/2014-three-way-bi-encoder-hcan.json"],
     "DL19": ["dl/2019-three-way-bi-encoder-drmm.json", "dl/2019-three-way-bi-encoder-knrm.json",
              "dl/2019-three-way-bi-encoder-hcan.json", "dl/2019-three-way-bi-encoder-cross-encoder-distilled.json"],
