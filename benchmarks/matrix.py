@@ -197,11 +197,8 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
                      **_models("dl/{year}-hcan.json", "hcan+interp", ["dl19", "dl20"])}),
     ("HCAN", SAFE, {"mb2014": Source("microblog/2014-hcan-headline-safe.json", "hcan+safe")}),
     ("HCAN", STACKED,
-     {key: source for key, source in {
-         "mb2014": Source("microblog/2014-three-way-bi-encoder-hcan.json", STACKED_ROW),
-         "mb2013": Source("microblog/2013-three-way-bi-encoder-hcan.json", STACKED_ROW),
-         "dl19": Source("dl/2019-three-way-bi-encoder-hcan.json", STACKED_ROW)}.items()
-      if (RESULTS / source.file).is_file()}),
+     {**_models("microblog/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["mb2013", "mb2014"]),
+      "dl19": Source("dl/2019-three-way-bi-encoder-hcan.json", STACKED_ROW)}),
     ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
     ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
     ("HCAN, hinge loss, up to 20 epochs", ALONE,
