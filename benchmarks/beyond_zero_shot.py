@@ -269,8 +269,9 @@ COLLECTIONS = [
 #: per collection: the three-way combinations measured (first stage + zero-shot bi-encoder + a trained seed model,
 #: benchmarks/three_way_combination.py), each against its own two-way step (first stage + zero-shot bi-encoder)
 THREE_WAY = {
-    "Cranfield": ["cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
-    "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json"],
+    "Cranfield": ["cranfield/three-way-bi-encoder-knrm.json", "cranfield/three-way-bi-encoder-drmm.json",
+                  "cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
+    "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json"],
     "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
     "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json", "microblog/2013-three-way-bi-encoder-hcan.json"],
     "Microblog 2014": ["microblog/2014-three-way-bi-encoder-cross-encoder.json", "microblog/2014-three-way-bi-encoder-hcan.json"],
