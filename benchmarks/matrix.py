@@ -173,7 +173,8 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("DRMM", TUNED, _models("dl/{year}-knrm-drmm.json", "drmm+interp", ["dl19", "dl20", "dl21"])),
     ("DRMM", SAFE, _models("dl/{year}-knrm-drmm-safe.json", "drmm+safe", ["dl19", "dl20", "dl21"])),
     ("DRMM", STACKED, {**_models("dl/{year}-three-way-bi-encoder-drmm.json", STACKED_ROW, ["dl19", "dl20", "dl21"]),
-                       **{c: Source(f"{c}/three-way-bi-encoder-drmm.json", STACKED_ROW) for c in ("vaswani", "cranfield")}}),
+                       **{c: Source(f"{c}/three-way-bi-encoder-drmm.json", STACKED_ROW)
+                          for c in ("nfcorpus", "vaswani", "cranfield")}}),
     ("Conv-KNRM", ALONE, _word_level("conv-knrm", "microblog/2013-models.md", "microblog/2014-models.md",
                                      "wikiqa/models.md")),
     ("MatchPyramid", ALONE, _word_level("matchpyramid", "microblog/2013-models.md", "microblog/2014-models.md",
