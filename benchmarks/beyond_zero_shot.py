@@ -271,7 +271,8 @@ COLLECTIONS = [
 THREE_WAY = {
     "Cranfield": ["cranfield/three-way-bi-encoder-knrm.json", "cranfield/three-way-bi-encoder-drmm.json",
                   "cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
-    "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json"],
+    "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json",
+                "vaswani/three-way-bi-encoder-hcan.json"],
     "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-drmm.json",
                  "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
     "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json", "microblog/2013-three-way-bi-encoder-hcan.json"],
