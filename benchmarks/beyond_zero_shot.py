@@ -281,7 +281,8 @@ THREE_WAY = {
              "dl/2019-three-way-bi-encoder-hcan.json", "dl/2019-three-way-bi-encoder-cross-encoder-distilled.json"],
     "DL20": ["dl/2020-three-way-bi-encoder-drmm.json", "dl/2020-three-way-bi-encoder-knrm.json",
              "dl/2020-three-way-bi-encoder-hcan.json", "dl/2020-three-way-bi-encoder-cross-encoder-distilled.json"],
-    "DL21": ["dl/2021-three-way-bi-encoder-drmm.json", "dl/2021-three-way-bi-encoder-knrm.json"],
+    "DL21": ["dl/2021-three-way-bi-encoder-drmm.json", "dl/2021-three-way-bi-encoder-knrm.json",
+             "dl/2021-three-way-bi-encoder-hcan.json"],
 }
 
 

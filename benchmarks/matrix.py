@@ -204,7 +204,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("HCAN", SAFE, {"mb2014": Source("microblog/2014-hcan-headline-safe.json", "hcan+safe")}),
     ("HCAN", STACKED,
      {**_models("microblog/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["mb2013", "mb2014"]),
-      **_models("dl/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["dl19", "dl20"]),
+      **_models("dl/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["dl19", "dl20", "dl21"]),
       "vaswani": Source("vaswani/three-way-bi-encoder-hcan.json", STACKED_ROW)}),
     ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
     ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
