@@ -270,7 +270,7 @@ COLLECTIONS = [
 #: benchmarks/three_way_combination.py), each against its own two-way step (first stage + zero-shot bi-encoder)
 THREE_WAY = {
     "Cranfield": ["cranfield/three-way-bi-encoder-knrm.json", "cranfield/three-way-bi-encoder-drmm.json",
-                  "cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
+                  "cranfield/three-way-bi-encoder-hcan.json", "cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
     "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json",
                 "vaswani/three-way-bi-encoder-hcan.json"],
     "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-drmm.json",

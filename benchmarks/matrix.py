@@ -205,7 +205,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("HCAN", STACKED,
      {**_models("microblog/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["mb2013", "mb2014"]),
       **_models("dl/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["dl19", "dl20", "dl21"]),
-      "vaswani": Source("vaswani/three-way-bi-encoder-hcan.json", STACKED_ROW)}),
+      **{c: Source(f"{c}/three-way-bi-encoder-hcan.json", STACKED_ROW) for c in ("vaswani", "cranfield")}}),
     ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
     ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
     ("HCAN, hinge loss, up to 20 epochs", ALONE,
