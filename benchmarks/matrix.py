@@ -148,6 +148,18 @@ def _models(pattern: str, row: str, keys: list[str]) -> dict[str, Source]:
     return {key: Source(pattern.format(year=years[key]), row) for key in keys}
 
 
+def _three_way(model: str, keys: list[str]) -> dict[str, Source]:
+    """``{column: Source}`` of ``model``'s three-way files (``three_way_combination.py``): a year of Microblog or
+    DL is ``<folder>/<year>-three-way-bi-encoder-<model>.json``, any other collection ``<key>/three-way-...``."""
+    sources = {}
+    for prefix, folder in (("mb", "microblog"), ("dl", "dl")):
+        sources.update(_models(f"{folder}/{{year}}-three-way-bi-encoder-{model}.json", STACKED_ROW,
+                               [key for key in keys if key.startswith(prefix)]))
+    sources.update({key: Source(f"{key}/three-way-bi-encoder-{model}.json", STACKED_ROW)
+                    for key in keys if not key.startswith(("mb", "dl"))})
+    return sources
+
+
 def _word_level(name: str, mb2013: str, mb2014: str, wikiqa: str) -> dict[str, Source]:
     """A word-level model's cells on the collections where all of them ran (file names per collection)."""
     return {"mb2013": Source(mb2013, name), "mb2014": Source(mb2014, name),
@@ -165,16 +177,12 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("KNRM", SAFE, {"cranfield": Source("cranfield/knrm-safe.json", "knrm+safe"),
                     "vaswani": Source("vaswani/knrm-safe.json", "knrm+safe"),
                     "nfcorpus": Source("nfcorpus/knrm-safe.json", "knrm+safe")}),
-    ("KNRM", STACKED, {**_models("dl/{year}-three-way-bi-encoder-knrm.json", STACKED_ROW, ["dl19", "dl20", "dl21"]),
-                       **{c: Source(f"{c}/three-way-bi-encoder-knrm.json", STACKED_ROW)
-                          for c in ("nfcorpus", "vaswani", "cranfield")}}),
+    ("KNRM", STACKED, _three_way("knrm", ["dl19", "dl20", "dl21", "nfcorpus", "vaswani", "cranfield"])),
     ("DRMM", ALONE, {**_word_level("drmm", "microblog/2013-models.md", "microblog/2014-models.md", "wikiqa/models.md"),
                      **_models("dl/{year}-knrm-drmm.json", "drmm", ["dl19", "dl20", "dl21"])}),
     ("DRMM", TUNED, _models("dl/{year}-knrm-drmm.json", "drmm+interp", ["dl19", "dl20", "dl21"])),
     ("DRMM", SAFE, _models("dl/{year}-knrm-drmm-safe.json", "drmm+safe", ["dl19", "dl20", "dl21"])),
-    ("DRMM", STACKED, {**_models("dl/{year}-three-way-bi-encoder-drmm.json", STACKED_ROW, ["dl19", "dl20", "dl21"]),
-                       **{c: Source(f"{c}/three-way-bi-encoder-drmm.json", STACKED_ROW)
-                          for c in ("nfcorpus", "vaswani", "cranfield")}}),
+    ("DRMM", STACKED, _three_way("drmm", ["dl19", "dl20", "dl21", "nfcorpus", "vaswani", "cranfield"])),
     ("Conv-KNRM", ALONE, _word_level("conv-knrm", "microblog/2013-models.md", "microblog/2014-models.md",
                                      "wikiqa/models.md")),
     ("MatchPyramid", ALONE, _word_level("matchpyramid", "microblog/2013-models.md", "microblog/2014-models.md",
@@ -202,10 +210,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("HCAN", TUNED, {"mb2014": Source("microblog/2014-hcan-headline.json", "hcan+interp"),
                      **_models("dl/{year}-hcan.json", "hcan+interp", ["dl19", "dl20"])}),
     ("HCAN", SAFE, {"mb2014": Source("microblog/2014-hcan-headline-safe.json", "hcan+safe")}),
-    ("HCAN", STACKED,
-     {**_models("microblog/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["mb2013", "mb2014"]),
-      **_models("dl/{year}-three-way-bi-encoder-hcan.json", STACKED_ROW, ["dl19", "dl20", "dl21"]),
-      **{c: Source(f"{c}/three-way-bi-encoder-hcan.json", STACKED_ROW) for c in ("vaswani", "cranfield")}}),
+    ("HCAN", STACKED, _three_way("hcan", ["mb2013", "mb2014", "dl19", "dl20", "dl21", "vaswani", "cranfield"])),
     ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
     ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
     ("HCAN, hinge loss, up to 20 epochs", ALONE,
