@@ -88,6 +88,7 @@ SAFE_FILES = {
     # the fine-tuning run holds its own +safe rows (benchmarks/results/dl/2019-bi-encoder-in-batch.md)
     "dl/2019-bi-encoder-in-batch.json": "dl/2019-bi-encoder-in-batch.json",
     "vaswani/bi-encoder-in-batch-bf16.json": "vaswani/bi-encoder-in-batch-bf16.json",
+    "cranfield/bi-encoder-in-batch.json": "cranfield/bi-encoder-in-batch.json",
     "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
     "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
     "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
@@ -233,7 +234,9 @@ def table_counts() -> dict:
 #: per shipped collection: the first-stage / zero-shot file and the trained rows to compare with it
 COLLECTIONS = [
     ("Cranfield", "AP", "cranfield/bi-encoder-zero-shot.json",
-     [("KNRM (recipe defaults, 5-fold CV)", "cranfield/knrm.json", "knrm")]),
+     [("KNRM (recipe defaults, 5-fold CV)", "cranfield/knrm.json", "knrm"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, 5-fold CV)", "cranfield/bi-encoder-in-batch.json",
+       "bi-encoder-in-batch")]),
     ("Vaswani", "AP", "vaswani/bi-encoder-zero-shot.json",
      [("KNRM (recipe defaults, 5-fold CV)", "vaswani/knrm.json", "knrm"),
       ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, 5-fold CV; amp requested, float32 on an "
@@ -273,7 +276,8 @@ COLLECTIONS = [
 #: benchmarks/three_way_combination.py), each against its own two-way step (first stage + zero-shot bi-encoder)
 THREE_WAY = {
     "Cranfield": ["cranfield/three-way-bi-encoder-knrm.json", "cranfield/three-way-bi-encoder-drmm.json",
-                  "cranfield/three-way-bi-encoder-hcan.json", "cranfield/three-way-bi-encoder-cross-encoder-bf16.json"],
+                  "cranfield/three-way-bi-encoder-hcan.json", "cranfield/three-way-bi-encoder-cross-encoder-bf16.json",
+                  "cranfield/three-way-bi-encoder-bi-encoder-in-batch.json"],
     "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json",
                 "vaswani/three-way-bi-encoder-hcan.json"],
     "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-drmm.json",

@@ -137,6 +137,8 @@ COLUMNS = [
 ALONE, TUNED, SAFE = "", " + first stage, tuned weight", " + first stage, safe rule"
 #: a model stacked on the zero-shot combination (``--zero-shot-base``, ``three_way_combination.py``)
 STACKED = " stacked on first stage + zero-shot bi-encoder, safe rule"
+#: the row label of the bi-encoder fine-tuned by its default recipe (docs/bi-encoder-fine-tuning.md)
+FINE_TUNED_BI_ENCODER = "bi-encoder, fine-tuned (in-batch, 1 epoch)"
 #: the row of a three-way result file that holds the stacked run's per-seed values
 STACKED_ROW = "three-way"
 
@@ -263,6 +265,21 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
       **_models("microblog/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder+safe", ["mb2013", "mb2014"]),
       **{c: Source(f"{c}/bi-encoder-zero-shot-safe.json", "bi-encoder+safe")
          for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}}),
+    # fine-tuned on the training queries (in-batch + 3 BM25 negatives, 1 epoch); Vaswani's run asked for amp,
+    # which this AVX2 host ran in float32
+    (FINE_TUNED_BI_ENCODER, ALONE,
+     {"dl19": Source("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
+      "vaswani": Source("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16"),
+      "cranfield": Source("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}),
+    (FINE_TUNED_BI_ENCODER, TUNED,
+     {"dl19": Source("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch+interp"),
+      "vaswani": Source("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16+interp"),
+      "cranfield": Source("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch+interp")}),
+    (FINE_TUNED_BI_ENCODER, SAFE,
+     {"dl19": Source("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch+safe"),
+      "vaswani": Source("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16+safe"),
+      "cranfield": Source("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch+safe")}),
+    (FINE_TUNED_BI_ENCODER, STACKED, _three_way("bi-encoder-in-batch", ["cranfield"])),
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
          "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),
