@@ -398,17 +398,11 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
     return entry
 
 
-def paired_vs_zero_shot(zero_file: str | None, trained_file: str | None, trained_row: str | None) -> dict | None:
-    """Per seed, the paired t-test (two-sided) of the trained combination against the zero-shot one, both
-    under the safe rule, where re-measurements with per-query values exist for both; else ``None``."""
+def paired_per_seed(trained_runs: dict, zero_runs: dict) -> tuple[list, list, list]:
+    """Per seed both hold (``{seed: {query: value}}``), the two-sided paired t-test's p of trained against
+    zero-shot over their common queries and the difference of the means: ``(p-values, differences, seeds)``."""
     from scipy import stats
 
-    zero = load(SAFE_FILES[zero_file]) if zero_file in SAFE_FILES else None
-    trained = load(SAFE_FILES[trained_file]) if trained_file in SAFE_FILES else None
-    if zero is None or trained is None or "per_query" not in zero or "per_query" not in trained:
-        return None
-    zero_runs = (safe_result(zero, "bi-encoder+safe") or {}).get("per_query", {})
-    trained_runs = (safe_result(trained, trained_row.replace("+interp", "+safe")) or {}).get("per_query", {})
     pvalues, deltas, seeds = [], [], []
     for seed in sorted(set(zero_runs) & set(trained_runs), key=int):
         common = sorted(set(zero_runs[seed]) & set(trained_runs[seed]))
@@ -417,11 +411,34 @@ def paired_vs_zero_shot(zero_file: str | None, trained_file: str | None, trained
         pvalues.append(1.0 if a == b else float(f"{stats.ttest_rel(a, b).pvalue:.3g}"))
         deltas.append(round(statistics.mean(a) - statistics.mean(b), 4))
         seeds.append(int(seed))
+    return pvalues, deltas, seeds
+
+
+def paired_vs_zero_shot(zero_file: str | None, trained_file: str | None, trained_row: str | None) -> dict | None:
+    """Per seed, the paired t-test (two-sided) of the trained combination against the zero-shot one, both
+    under the safe rule, where re-measurements with per-query values exist for both; else ``None``. Where both
+    files also keep per-query values of the model alone and of the old rule, the same test for those
+    (``vs_zero_shot_alone``, ``vs_zero_shot_old_rule``): what fine-tuning changes before any combination."""
+    zero = load(SAFE_FILES[zero_file]) if zero_file in SAFE_FILES else None
+    trained = load(SAFE_FILES[trained_file]) if trained_file in SAFE_FILES else None
+    if zero is None or trained is None or "per_query" not in zero or "per_query" not in trained:
+        return None
+    zero_runs = (safe_result(zero, "bi-encoder+safe") or {}).get("per_query", {})
+    trained_runs = (safe_result(trained, trained_row.replace("+interp", "+safe")) or {}).get("per_query", {})
+    pvalues, deltas, seeds = paired_per_seed(trained_runs, zero_runs)
     if not seeds:
         return None
-    return {"p_vs_zero_shot": pvalues, "p_vs_zero_shot_seeds": seeds, "best_trained_minus_zero_shot_per_seed": deltas,
-            "p_vs_zero_shot_reason": "paired t-test (two-sided) per seed, trained+safe vs zero-shot+safe, from "
-                                     f"{SAFE_FILES[trained_file]} and {SAFE_FILES[zero_file]}"}
+    paired = {"p_vs_zero_shot": pvalues, "p_vs_zero_shot_seeds": seeds,
+              "best_trained_minus_zero_shot_per_seed": deltas,
+              "p_vs_zero_shot_reason": "paired t-test (two-sided) per seed, trained+safe vs zero-shot+safe, from "
+                                       f"{SAFE_FILES[trained_file]} and {SAFE_FILES[zero_file]}"}
+    recorded = {name: data.get("per_query", {}).get("runs", {}) for name, data in (("zero", zero), ("trained", trained))}
+    for key, suffix in (("vs_zero_shot_alone", ""), ("vs_zero_shot_old_rule", "+interp")):
+        trained_rows = recorded["trained"].get(trained_row.replace("+interp", suffix), {})
+        pvalues, deltas, seeds = paired_per_seed(trained_rows, recorded["zero"].get(f"bi-encoder{suffix}", {}))
+        if seeds:
+            paired[key] = {"p": pvalues, "difference": deltas, "seeds": seeds}
+    return paired
 
 
 def build() -> dict:

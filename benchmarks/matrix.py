@@ -162,6 +162,16 @@ def _three_way(model: str, keys: list[str]) -> dict[str, Source]:
     return sources
 
 
+def _fine_tuned_bi_encoder(rule: str) -> dict[str, Source]:
+    """The fine-tuned bi-encoder's cells (``beyond_zero_shot.py measure`` files) for ``rule``: ``""`` alone,
+    ``"+interp"`` or ``"+safe"``. Vaswani's run was labelled for the amp it asked for, which its AVX2 host ran
+    in float32."""
+    runs = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
+            "vaswani": ("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16"),
+            "cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}
+    return {key: Source(file, label + rule) for key, (file, label) in runs.items()}
+
+
 def _word_level(name: str, mb2013: str, mb2014: str, wikiqa: str) -> dict[str, Source]:
     """A word-level model's cells on the collections where all of them ran (file names per collection)."""
     return {"mb2013": Source(mb2013, name), "mb2014": Source(mb2014, name),
@@ -265,20 +275,9 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
       **_models("microblog/{year}-bi-encoder-zero-shot-safe.json", "bi-encoder+safe", ["mb2013", "mb2014"]),
       **{c: Source(f"{c}/bi-encoder-zero-shot-safe.json", "bi-encoder+safe")
          for c in ("nfcorpus", "wikiqa", "vaswani", "cranfield")}}),
-    # fine-tuned on the training queries (in-batch + 3 BM25 negatives, 1 epoch); Vaswani's run asked for amp,
-    # which this AVX2 host ran in float32
-    (FINE_TUNED_BI_ENCODER, ALONE,
-     {"dl19": Source("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
-      "vaswani": Source("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16"),
-      "cranfield": Source("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}),
-    (FINE_TUNED_BI_ENCODER, TUNED,
-     {"dl19": Source("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch+interp"),
-      "vaswani": Source("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16+interp"),
-      "cranfield": Source("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch+interp")}),
-    (FINE_TUNED_BI_ENCODER, SAFE,
-     {"dl19": Source("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch+safe"),
-      "vaswani": Source("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16+safe"),
-      "cranfield": Source("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch+safe")}),
+    (FINE_TUNED_BI_ENCODER, ALONE, _fine_tuned_bi_encoder("")),
+    (FINE_TUNED_BI_ENCODER, TUNED, _fine_tuned_bi_encoder("+interp")),
+    (FINE_TUNED_BI_ENCODER, SAFE, _fine_tuned_bi_encoder("+safe")),
     (FINE_TUNED_BI_ENCODER, STACKED, _three_way("bi-encoder-in-batch", ["cranfield"])),
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
