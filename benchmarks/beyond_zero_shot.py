@@ -293,6 +293,102 @@ THREE_WAY = {
 }
 
 
+#: per collection: a bi-encoder fine-tuned from the zero-shot model (a ``measure`` file with per-weight test values),
+#: the zero-shot safe re-measurement of the same folds, and the file of a real ``three_way_combination.py --rule
+#: fallback`` run of some of its seeds (``None``: none), against which the replay is checked
+FALLBACK_REPLAYS = {
+    "Cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
+                  "cranfield/fallback-bi-encoder-bi-encoder-in-batch.json"),
+    "Vaswani": ("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
+                "vaswani/bi-encoder-zero-shot-safe.json", None),
+    "DL19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2019-bi-encoder-zero-shot-safe.json", None),
+}
+
+
+def fallback_replay(trained: dict, zero: dict) -> dict:
+    """``--zero-shot-rule fallback`` (:data:`pipeline.engine.stacking.FALLBACK`) replayed from two ``measure`` files of
+    the same folds: per seed and fold, the fine-tuned model's combination with the first stage at the weight
+    :func:`pipeline.engine.fusion.decide_weight` gives its recorded dev evidence where the verdict is ``kept``,
+    else the zero-shot safe combination's per-query values (step 1, tuned on every non-test query).
+    Returns ``{seed: {"fallback": {query: value}, "two_way": {query: value}, "kept": folds kept}}``."""
+    from pipeline.engine import fusion
+
+    zero_runs = safe_result(zero, "bi-encoder+safe")["per_query"]
+    label = next(row for row in trained["per_query"]["runs"] if row.endswith("+safe"))
+    out = {}
+    for seed, folds in trained["folds"].items():
+        two_way = zero_runs[seed]
+        safe_run = trained["per_query"]["runs"][label][seed]
+        replayed: dict[str, float] = {}
+        kept = 0
+        for fold in folds:
+            evidence = fold["safe"]
+            choice = fusion.decide_weight(evidence["tuned"], evidence["tuning_queries"], evidence["held_out_gain"],
+                                          evidence["p_one_sided"])
+            if "test_values" in fold:
+                tested = fold["test_values"]["1.0"]
+                kept_values = fold["test_values"].get(str(float(choice.weight)))
+            elif len(folds) == 1 and evidence["weight"] == choice.weight:
+                # recorded before test_values: one fold (a split protocol), the rule's weight as applied then
+                tested, kept_values = safe_run, safe_run
+            else:
+                raise ValueError(f"seed {seed} {fold['fold']}: no per-weight test values to replay")
+            missing = sorted(set(tested) - set(two_way))
+            if missing:
+                raise ValueError(f"seed {seed} {fold['fold']}: test queries {missing[:3]} not in the zero-shot file")
+            if choice.verdict == fusion.KEPT:
+                replayed.update(kept_values)
+                kept += 1
+            else:
+                replayed.update({q: two_way[q] for q in tested})
+        out[seed] = {"fallback": replayed, "two_way": {q: two_way[q] for q in replayed}, "kept": kept}
+    return out
+
+
+def fallback_summary(name: str) -> dict | None:
+    """The fallback replay of :data:`FALLBACK_REPLAYS` ``[name]`` in :func:`three_way_summary`'s shape (``three_way``:
+    the fallback; ``two_way``: the zero-shot safe combination), with the check against a real run where one
+    exists (``checked_against_run``: per seed, the largest per-query difference; 0 means the same ranking values).
+    ``None`` when a file is missing."""
+    from scipy import stats
+
+    if name not in FALLBACK_REPLAYS:
+        return None
+    file, label, zero_file, run_file = FALLBACK_REPLAYS[name]
+    trained, zero = load(file), load(zero_file)
+    if trained is None or zero is None:
+        return None
+    replay = fallback_replay(trained, zero)
+    seeds = sorted(replay, key=int)
+    three = [statistics.mean(replay[s]["fallback"].values()) for s in seeds]
+    two = [statistics.mean(replay[s]["two_way"].values()) for s in seeds]
+    pvalues = []
+    for seed in seeds:
+        common = sorted(replay[seed]["fallback"])
+        a = [replay[seed]["fallback"][q] for q in common]
+        b = [replay[seed]["two_way"][q] for q in common]
+        pvalues.append(1.0 if a == b else float(f"{stats.ttest_rel(a, b).pvalue:.3g}"))
+    summary = {"seed_model": f"{label} (fallback rule)", "file": file, "rule": "fallback",
+               "recipe": f"python {trained['command']}",
+               "source": (f"replayed from {file} (the fine-tuned model's dev evidence and per-weight test values) and "
+                          f"{zero_file} (the zero-shot safe combination of the same folds): pipeline.engine.stacking "
+                          "FALLBACK, what --zero-shot-base all-MiniLM-L6-v2 --zero-shot-rule fallback runs"),
+               "seeds": [int(s) for s in seeds], "two_way": round(statistics.mean(two), 4),
+               "three_way": round(statistics.mean(three), 4),
+               "three_way_per_seed": [round(v, 4) for v in three], "two_way_per_seed": [round(v, 4) for v in two],
+               "p_three_vs_two": pvalues,
+               "significant_gain_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a > b],
+               "folds_where_the_seed_model_entered": sum(replay[s]["kept"] for s in seeds),
+               "folds": sum(len(trained["folds"][s]) for s in seeds)}
+    run = load(run_file) if run_file else None
+    if run is not None:
+        summary["checked_against_run"] = {
+            "file": run_file, "max_abs_difference_per_seed": {
+                str(seed): round(max(abs(values[q] - replay[str(seed)]["fallback"][q]) for q in values), 6)
+                for seed, values in ((int(s), v) for s, v in run["per_query"]["three_way"].items())}}
+    return summary
+
+
 def three_way_summary(file: str) -> dict | None:
     """One three-way result file as the summary shows it (``None`` when the file is not there): the means, per
     seed the paired two-sided p of three-way against two-way, and the seeds where the seed model's step is a
@@ -383,6 +479,9 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
     if best is not None and zero_mean is not None:
         entry["best_trained_minus_zero_shot"] = round(best["mean"] - zero_mean, 4)
     three = [summary for summary in map(three_way_summary, THREE_WAY.get(name, [])) if summary is not None]
+    fallback = fallback_summary(name)
+    if fallback is not None:
+        three.append(fallback)
     if three:
         entry["three_way"] = three
         # the three-way step is tested against the zero-shot combination of the same folds (its two-way step),
@@ -490,8 +589,9 @@ def render_safe_table(summary: dict) -> str:
 def render_three_way_table(summary: dict) -> str:
     """The three-way table of BENCHMARKS.md (block ``three-way``), from the summary's ``three_way`` entries."""
     lines = ["| collection | metric | seed model | seeds | two-way: first stage + zero-shot bi-encoder | three-way: "
-             "+ the seed model | per seed: three-way (paired p vs two-way) | folds where the seed model entered "
-             "| file |", "|---|---|---|---|---|---|---|---|---|"]
+             "+ the seed model (stacked; fallback rule: its own combination where proven, else the two-way) | per "
+             "seed: three-way (paired p vs two-way) | folds where the seed model entered | file |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["collections"]:
         for three in entry.get("three_way", []):
             per_seed = ", ".join(f"{value:.4f} ({p:.2g})" for value, p in zip(three["three_way_per_seed"],

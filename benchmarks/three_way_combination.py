@@ -16,6 +16,11 @@ Per seed and fold (the dataset's protocol, as ``reproduce.py`` uses it):
    (the model was trained on the others): the seed model enters only when its cross-validated gain over the
    two-way ranking is significant, else the two-way ranking stays.
 
+With ``--rule fallback`` (``--zero-shot-rule fallback`` of the command) step 2 is instead the seed model combined
+with the first stage, its weight chosen on the dev queries, taken only where its gain is proven (verdict
+``kept``); elsewhere the fold keeps the two-way ranking. Meant for a seed model fine-tuned from the zero-shot one
+(``--reranker bi-encoder``); the result file's ``rule`` says which step 2 ran (a file without it: ``stack``).
+
 Reported: the main metric of both on the test queries, per seed, and the paired two-sided t-test of three-way
 against two-way; per-query values are kept. The zero-shot scores can be cached between invocations
 (``--score-cache``). Seeds run in separate processes are put into one file with
@@ -93,12 +98,14 @@ def measure(args: argparse.Namespace) -> dict:
         top = {q: first[q] for q in tested}
         # the steps of --zero-shot-base, with the zero-shot scores of the cache
         stacked = stack_on_zero_shot(plan.folds, None, seed_model, dataset, context, k, top,
-                                     rerank(seed_model, dataset, top), metric, zero_scores=zero)
+                                     rerank(seed_model, dataset, top), metric, zero_scores=zero, rule=args.rule)
         two_way, three_way, folds = stacked.zero_shot_combined, stacked.final, []
         for name, (bi_choice, seed_choice) in stacked.choices.items():
+            # stack: the seed model's weight against the two-way ranking; fallback: against the first stage
+            weight_key = "weight_of_two_way" if args.rule == "stack" else "weight_of_first_stage"
             folds.append({"fold": name, "bi_encoder_weight_of_first_stage": bi_choice.weight,
-                          "seed_model": {"weight_of_two_way": seed_choice.weight, "tuned": seed_choice.tuned,
-                                         "dev_queries": seed_choice.queries,
+                          "seed_model": {weight_key: seed_choice.weight, "tuned": seed_choice.tuned,
+                                         "verdict": seed_choice.verdict, "dev_queries": seed_choice.queries,
                                          "held_out_gain": round(seed_choice.held_out_gain, 6),
                                          "p_one_sided": seed_choice.p_value}})
             print(f"seed {seed} {name}: bi-encoder w={bi_choice.weight:.2f}; {args.reranker}: "
@@ -135,7 +142,7 @@ def write(args, out: dict, metric: str, started: float, partial: bool = False) -
             "command": shlex.join(["benchmarks/three_way_combination.py", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started), "loadavg_at_end": load,
             "dataset": args.dataset, "split": args.split, "seed_model": args.label or args.reranker,
-            "zero_shot": ZERO_SHOT,
+            "zero_shot": ZERO_SHOT, "rule": args.rule,
             "metric": metric, "mean": {"two_way": statistics.mean(out["two_way"]),
                                        "three_way": statistics.mean(out["three_way"])}, **out}
     write_json(Path(args.output), data)
@@ -149,7 +156,9 @@ def merge(paths: list[Path], output: Path) -> dict:
     from safe_combination_measure import write_json
 
     parts = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
-    same = ("dataset", "split", "seed_model", "zero_shot", "metric")
+    for part in parts:
+        part.setdefault("rule", "stack")  # files from before --rule
+    same = ("dataset", "split", "seed_model", "zero_shot", "rule", "metric")
     for path, part in zip(paths[1:], parts[1:]):
         if any(part[key] != parts[0][key] for key in same):
             raise SystemExit(f"{path}: not the same measurement as {paths[0]} ({', '.join(same)} differ)")
@@ -189,6 +198,9 @@ def main(argv=None) -> int:
                                         "a recipe given by --set apart")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--rule", choices=("stack", "fallback"), default="stack",
+                        help="step 2: the seed model on top of the two-way ranking (stack), or with the first stage "
+                             "where proven, else the two-way ranking (fallback; --zero-shot-rule of the command)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--score-cache", help="JSON file keeping the zero-shot bi-encoder's scores between runs")
     parser.add_argument("--output", help="the result file (required unless --train-only)")

@@ -63,7 +63,7 @@ log = logging.getLogger("pipeline.classify")
 #: stage, depth or Lucene options), nothing is ranked, interpolated or written as a run, no k-fold protocol
 #: (a test split is needed); ``seed`` is replaced by a repeatable ``--seed``, ``dataset`` by a required one
 NOT_CLASSIFICATION = ("dataset", "seed", "folds", "first_stage", "k", "rerank_depth", "metrics", "output_dir", "name", "interpolate",
-                      "zero_shot_base", "int8", "bf16", "first_stage_overrides")
+                      "zero_shot_base", "zero_shot_rule", "int8", "bf16", "first_stage_overrides")
 
 #: what an interrupted command keeps, printed with the exit status 130 (Ctrl-C) or 143 (kill)
 KEPT_ON_INTERRUPT = ("trained models and finished training epochs are kept in the model cache, no partial result "

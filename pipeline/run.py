@@ -135,7 +135,8 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
         if config.zero_shot_base:  # the plan made sure the weights are tuned ("auto")
             zero_shot = obtain_model("bi-encoder", config.zero_shot_base, arithmetic=config).reranker
             stacked = stack_on_zero_shot(plan.folds, zero_shot, reranker, dataset, context, plan.depth or plan.k,
-                                         top, final, plan.main_metric, given_model=bool(config.model))
+                                         top, final, plan.main_metric, given_model=bool(config.model),
+                                         rule=config.zero_shot_rule)
             zero_shot_combined, final = stacked.zero_shot_combined, stacked.final
         else:
             if weight == "auto":

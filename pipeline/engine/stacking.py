@@ -16,6 +16,17 @@ On Microblog 2014 (QL top 1000, the cross-encoder trained on 2011-2013) this too
 combination's .4435 to .4803, significant in each of 3 seeds
 (``benchmarks/results/microblog/2014-three-way-bi-encoder-cross-encoder.json``). The zero-shot model scores
 each query once, whatever the number of folds.
+
+``--zero-shot-rule fallback`` (:data:`FALLBACK`) is the other way to keep both, for a re-ranker that refines the
+zero-shot model itself (the bi-encoder fine-tuned from it): step 2 combines the trained re-ranker with the
+*first stage*, as a plain ``--interpolate auto`` run would, and takes that combination only when its gain over
+the first stage is proven on the dev queries (:data:`~pipeline.engine.fusion.KEPT`); otherwise the fold keeps
+the zero-shot combination of step 1, not the first stage and not a shrunk weight. Why: the trained model's
+weight can be tuned on the few dev queries only (it was trained on the rest), the zero-shot model's on every
+non-test query, so where the dev queries are too few to prove the trained combination, the zero-shot
+combination is the better proven ranking to fall back to. A fine-tuned model is close to the zero-shot one,
+so stacking it on top of it rarely proves an added gain (on Cranfield it entered 1 of 5 folds), while its own
+combination can be proven against the first stage.
 """
 from __future__ import annotations
 
@@ -26,10 +37,17 @@ from typing import Sequence
 from ..core.datasets import Dataset
 from ..core.records import Run
 from .context import FirstStageContext
-from .fusion import WeightChoice, check_tunable, choose_weight, interpolate, tuning_queries
+from .fusion import KEPT, WeightChoice, check_tunable, choose_weight, interpolate, tuning_queries
 from .stages import rerank
 
 log = logging.getLogger("pipeline.engine.stacking")
+
+#: step 2 combines the trained re-ranker with the zero-shot combination (the default of ``--zero-shot-base``)
+STACK = "stack"
+#: step 2 combines the trained re-ranker with the first stage; unproven, the fold keeps the zero-shot combination
+FALLBACK = "fallback"
+#: the values of ``--zero-shot-rule``
+RULES = (STACK, FALLBACK)
 
 
 @dataclass
@@ -40,13 +58,16 @@ class StackedRuns:
     zero_shot_combined: Run
     #: that ranking + the trained re-ranker (step 2): the run's result
     final: Run
-    #: fold name -> ``(step 1's choice, step 2's choice)``
+    #: fold name -> ``(step 1's choice, step 2's choice)``; under :data:`FALLBACK` step 2's weight is the first
+    #: stage's in the trained model's combination, applied only when its verdict is ``KEPT``
     choices: dict[str, tuple[WeightChoice, WeightChoice]]
+    #: :data:`STACK` or :data:`FALLBACK`
+    rule: str = STACK
 
 
 def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, context: FirstStageContext,
                        depth: int, top: Run, reranked: Run, metric: str, given_model: bool = False,
-                       zero_scores: Run | None = None) -> StackedRuns:
+                       zero_scores: Run | None = None, rule: str = STACK) -> StackedRuns:
     """The stacked combination of the module docstring over ``folds``.
 
     Args:
@@ -63,6 +84,8 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
             the fold's training queries too.
         zero_scores: the zero-shot model's scores of every test and tuning query's candidates, when the
             caller has them (a benchmark's score cache); ``None``: ``zero_shot`` scores them here.
+        rule: :data:`STACK` (step 2 on top of the zero-shot combination) or :data:`FALLBACK` (step 2 on top of
+            the first stage, the zero-shot combination where that is not proven); see the module docstring.
 
     Returns:
         a :class:`StackedRuns` over the test queries of ``folds``.
@@ -71,6 +94,8 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
         >>> stacked = stack_on_zero_shot(plan.folds, bi_encoder, cross_encoder, dataset, context, 1000,
         ...                              top, reranked, "AP")  # doctest: +SKIP
     """
+    if rule not in RULES:
+        raise ValueError(f"unknown stacking rule {rule!r}: expected one of {', '.join(RULES)}")
     check_tunable(folds)
     tuning = {fold.name: tuning_queries(fold, given_model=True) for fold in folds}
     needed = sorted({q for fold in folds for q in tuning[fold.name]} - set(top))
@@ -86,16 +111,23 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
         base = choose_weight({q: candidates[q] for q in queries}, {q: zero_scores[q] for q in queries},
                              dataset.qrels, metric)
         seed_queries = tuning_queries(fold, given_model)
-        two_way_tuning = interpolate({q: candidates[q] for q in seed_queries},
-                                     {q: zero_scores[q] for q in seed_queries}, base.weight)
-        seeded = rerank(model, dataset, {q: candidates[q] for q in seed_queries})
-        stacked = choose_weight(two_way_tuning, seeded, dataset.qrels, metric)
+        seed_first = {q: candidates[q] for q in seed_queries}
+        seeded = rerank(model, dataset, seed_first)
         tested = [q for q in fold.test if q in top]
         two_way = interpolate({q: top[q] for q in tested}, {q: zero_scores[q] for q in tested}, base.weight)
         zero_combined.update(two_way)
-        # weight 1 (the trained model did not prove a gain) keeps the two-way ranking as it is
-        final.update(interpolate(two_way, {q: reranked[q] for q in tested}, stacked.weight))
+        if rule == STACK:
+            two_way_tuning = interpolate(seed_first, {q: zero_scores[q] for q in seed_queries}, base.weight)
+            stacked = choose_weight(two_way_tuning, seeded, dataset.qrels, metric)
+            # weight 1 (the trained model did not prove a gain) keeps the two-way ranking as it is
+            final.update(interpolate(two_way, {q: reranked[q] for q in tested}, stacked.weight))
+            where = "on top"
+        else:
+            stacked = choose_weight(seed_first, seeded, dataset.qrels, metric)
+            final.update(interpolate({q: top[q] for q in tested}, {q: reranked[q] for q in tested}, stacked.weight)
+                         if stacked.verdict == KEPT else two_way)
+            where = "with the first stage" if stacked.verdict == KEPT else "unproven, zero-shot combination kept"
         choices[fold.name] = (base, stacked)
-        log.info("fold %s: zero-shot model %.2f (%s); trained re-ranker on top %.2f (%s)", fold.name,
-                 base.weight, base.describe(), stacked.weight, stacked.describe())
-    return StackedRuns(zero_combined, final, choices)
+        log.info("fold %s: zero-shot model %.2f (%s); trained re-ranker %s %.2f (%s)", fold.name,
+                 base.weight, base.describe(), where, stacked.weight, stacked.describe())
+    return StackedRuns(zero_combined, final, choices, rule)

@@ -12,7 +12,8 @@ from pipeline.core.plugins import Registry
 from pipeline.engine.context import FirstStageContext
 from pipeline.engine.fusion import interpolate
 from pipeline.engine.protocols import Fold
-from pipeline.engine.stacking import stack_on_zero_shot
+from pipeline.engine.fusion import KEPT
+from pipeline.engine.stacking import FALLBACK, stack_on_zero_shot
 from pipeline.engine.stages import rerank
 
 from helpers import Noise, graded_dataset
@@ -41,13 +42,13 @@ def folds_of(dataset):
     return [Fold("fold1", ids[:24], ids[24:32], ids[32:]), Fold("fold2", ids[10:34], ids[:10], ids[34:])]
 
 
-def stack(dataset, zero_shot, trained, folds):
+def stack(dataset, zero_shot, trained, folds, **options):
     context = FirstStageContext(dataset, "shipped")
     tested = [q for fold in folds for q in fold.test]
     top = context.search([dataset.queries[q] for q in tested], 10)
     reranked = rerank(trained, dataset, top)
     trained.scored.clear()  # what the tuning scores from here on
-    return stack_on_zero_shot(folds, zero_shot, trained, dataset, context, 10, top, reranked, "AP"), top
+    return stack_on_zero_shot(folds, zero_shot, trained, dataset, context, 10, top, reranked, "AP", **options), top
 
 
 def test_the_zero_shot_model_scores_each_query_once_and_the_trained_one_only_dev_queries():
@@ -86,6 +87,43 @@ def test_a_trained_model_that_knows_more_enters_on_top_of_an_uninformative_zero_
     assert ap["two"] == pytest.approx(ap["first"]) and ap["final"] > ap["two"] + 0.2
 
 
+def same_order(run, other):
+    return all([h.doc_id for h in hits] == [h.doc_id for h in other[q]] for q, hits in run.items())
+
+
+def test_fallback_takes_the_trained_combination_with_the_first_stage_where_its_gain_is_proven():
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    trained = Counting(dataset, knows=True)
+    stacked, top = stack(dataset, Counting(dataset, knows=False), trained, folds, rule=FALLBACK)
+    assert stacked.rule == FALLBACK
+    assert all(second.verdict == KEPT and second.weight < 1.0 for _, second in stacked.choices.values())
+    # its own combination with the first stage (not with the zero-shot one), only the dev queries tuned it
+    expected = {}
+    for fold in folds:
+        tested = {q: top[q] for q in fold.test}
+        expected.update(interpolate(tested, rerank(trained, dataset, tested), stacked.choices[fold.name][1].weight))
+    assert set(trained.scored) - {q for fold in folds for q in (*fold.dev, *fold.test)} == set()
+    assert same_order(stacked.final, expected) and not same_order(stacked.final, stacked.zero_shot_combined)
+
+
+def test_fallback_keeps_the_zero_shot_combination_not_the_first_stage_where_the_trained_gain_is_unproven():
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    stacked, top = stack(dataset, Counting(dataset, knows=True), Counting(dataset, knows=False), folds,
+                         rule=FALLBACK)
+    assert all(first.weight < 1.0 and second.verdict != KEPT for first, second in stacked.choices.values())
+    assert same_order(stacked.final, stacked.zero_shot_combined) and not same_order(stacked.final, top)
+
+
+def test_an_unknown_stacking_rule_is_refused_before_any_scoring():
+    dataset = graded_dataset(40)
+    zero_shot = Counting(dataset, knows=True)
+    with pytest.raises(ValueError, match="unknown stacking rule 'replace'"):
+        stack(dataset, zero_shot, Counting(dataset, knows=True), folds_of(dataset), rule="replace")
+    assert not zero_shot.scored
+
+
 @pytest.fixture
 def noise_registered(monkeypatch, tmp_path):
     monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))  # empty, as a new user's
@@ -119,6 +157,22 @@ def test_the_command_stacks_on_the_packaged_bi_encoder_from_an_empty_home(noise_
     assert result.reranked is not None and any(name.endswith("-alone") for name in names)
 
 
+def test_the_command_falls_back_to_the_zero_shot_combination_from_an_empty_home(noise_registered, monkeypatch,
+                                                                                tmp_path):
+    from pipeline.run import parse_config, run_pipeline
+
+    dataset = graded_dataset(40)
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    result = run_pipeline(parse_config(["--dataset", "graded-toy", "--reranker", "noise", "--model",
+                                        str(noise_registered), "--zero-shot-base", "all-MiniLM-L6-v2",
+                                        "--zero-shot-rule", "fallback", "--first-stage", "shipped", "--metrics",
+                                        "AP", "--output-dir", str(tmp_path / "runs")]))
+    assert "-or-" in result.run_path.stem and "all-MiniLM-L6-v2" in result.run_path.stem.rsplit("-or-", 1)[1]
+    assert result.run_path.is_file()
+    # noise proves no gain over the first stage: every fold keeps the zero-shot combination
+    assert result.zero_shot_combined is not None and same_order(result.run, result.zero_shot_combined)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--reranker", "none"], "--zero-shot-base needs --reranker"),
     (["--reranker", "knrm", "--interpolate", "0.3"], "it needs --interpolate auto"),
@@ -127,6 +181,19 @@ def test_stacking_without_a_re_ranker_or_a_tuned_weight_is_one_line_and_exit_2(e
     from pipeline.run import main
 
     assert main(["--dataset", "cranfield", "--zero-shot-base", "all-MiniLM-L6-v2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--zero-shot-rule", "fallback"], "--zero-shot-rule fallback needs --zero-shot-base MODEL"),
+    (["--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule", "replace"],
+     "--zero-shot-rule: expected stack or fallback, got 'replace'"),
+])
+def test_a_zero_shot_rule_without_a_base_or_unknown_is_one_line_and_exit_2(extra, message, capsys):
+    from pipeline.run import main
+
+    assert main(["--dataset", "cranfield", "--reranker", "bi-encoder", *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
 
