@@ -398,8 +398,14 @@ def three_way_summary(file: str) -> dict | None:
         return None
     gains = [seed for seed, three, two, p in zip(data["seeds"], data["three_way"], data["two_way"],
                                                  data["p_three_vs_two"]) if p < 0.05 and three > two]
-    entered = sum(fold["seed_model"]["weight_of_two_way"] < 1 for folds in data["folds"].values() for fold in folds)
-    return {"seed_model": data["seed_model"], "file": file, "recipe": f"python {data['command']}",
+    def entered_fold(seed_model: dict) -> bool:  # fallback: its own combination kept (see FALLBACK_REPLAYS)
+        if data.get("rule", "stack") == "fallback":
+            return seed_model["verdict"] == "kept"
+        return seed_model["weight_of_two_way"] < 1
+
+    entered = sum(entered_fold(fold["seed_model"]) for folds in data["folds"].values() for fold in folds)
+    return {"seed_model": data["seed_model"] + (" (fallback rule)" if data.get("rule") == "fallback" else ""),
+            "file": file, "recipe": f"python {data['command']}",
             **({"partial": data["partial"]} if "partial" in data else {}),
             "seeds": data["seeds"], "two_way": round(data["mean"]["two_way"], 4),
             "three_way": round(data["mean"]["three_way"], 4),

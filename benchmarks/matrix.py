@@ -65,6 +65,15 @@ class Source:
             data = load_json(self.file)
             if self.row == STACKED_ROW:  # a three_way_combination.py file: the stacked run of each seed
                 return [float(v) for v in data["three_way"]]
+            if self.row == FALLBACK_ROW:  # --zero-shot-rule fallback, replayed by beyond_zero_shot.py
+                from beyond_zero_shot import FALLBACK_REPLAYS, fallback_replay
+
+                zero_file = next(entry[2] for entry in FALLBACK_REPLAYS.values() if entry[0] == self.file)
+                if metric != data["metric"]:
+                    raise SystemExit(f"{self.file}: the fallback replay has {data['metric']} only, not {metric}")
+                replay = fallback_replay(data, load_json(zero_file))
+                return [sum(replay[seed]["fallback"].values()) / len(replay[seed]["fallback"])
+                        for seed in sorted(replay, key=int)]
             if self.row.endswith("+safe"):
                 # the rule --interpolate auto applies now, replayed where the file records every weight's
                 # test values (beyond_zero_shot.safe_result checks the replay against the recorded rows)
@@ -141,6 +150,11 @@ STACKED = " stacked on first stage + zero-shot bi-encoder, safe rule"
 FINE_TUNED_BI_ENCODER = "bi-encoder, fine-tuned (in-batch, 1 epoch)"
 #: the row of a three-way result file that holds the stacked run's per-seed values
 STACKED_ROW = "three-way"
+#: a fine-tuned model under ``--zero-shot-rule fallback``: its own combination with the first stage where proven on
+#: the dev queries, else the zero-shot combination (``pipeline.engine.stacking``)
+FALLBACK = " + first stage where proven, else first stage + zero-shot bi-encoder (--zero-shot-rule fallback)"
+#: the row name of that replay (``beyond_zero_shot.fallback_replay``) in a fine-tuned ``measure`` file
+FALLBACK_ROW = "fallback (replayed)"
 
 
 def _models(pattern: str, row: str, keys: list[str]) -> dict[str, Source]:
@@ -279,6 +293,8 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, TUNED, _fine_tuned_bi_encoder("+interp")),
     (FINE_TUNED_BI_ENCODER, SAFE, _fine_tuned_bi_encoder("+safe")),
     (FINE_TUNED_BI_ENCODER, STACKED, _three_way("bi-encoder-in-batch", ["cranfield"])),
+    (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
+                                       for key, source in _fine_tuned_bi_encoder("").items()}),
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
          "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),
