@@ -293,32 +293,45 @@ THREE_WAY = {
 }
 
 
-#: per collection: a bi-encoder fine-tuned from the zero-shot model (a ``measure`` file with per-weight test values),
-#: the zero-shot safe re-measurement of the same folds, and the file of a real ``three_way_combination.py --rule
-#: fallback`` run of some of its seeds (``None``: none), against which the replay is checked
+#: per collection: trained models replayed under ``--zero-shot-rule fallback`` (a ``measure`` file with the model's
+#: per-fold dev evidence and per-query values, its row label, the zero-shot safe re-measurement of the same folds,
+#: and the file of a real ``three_way_combination.py --rule fallback`` run of some of its seeds, or ``None``,
+#: against which the replay is checked). The rule is meant for the bi-encoder fine-tuned from the zero-shot model;
+#: KNRM and Microblog's HCAN show what it does to models that are not (docs/recommendations.md)
 FALLBACK_REPLAYS = {
-    "Cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
-                  "cranfield/fallback-bi-encoder-bi-encoder-in-batch.json"),
-    "Vaswani": ("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
-                "vaswani/bi-encoder-zero-shot-safe.json", None),
-    "DL19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2019-bi-encoder-zero-shot-safe.json", None),
+    "Cranfield": [("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
+                   None),
+                  ("cranfield/knrm-safe.json", "knrm", "cranfield/bi-encoder-zero-shot-safe.json", None)],
+    "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
+                 "vaswani/bi-encoder-zero-shot-safe.json", None),
+                ("vaswani/knrm-safe.json", "knrm", "vaswani/bi-encoder-zero-shot-safe.json", None)],
+    "NFCorpus": [("nfcorpus/knrm-safe.json", "knrm", "nfcorpus/bi-encoder-zero-shot-safe.json", None)],
+    "Microblog 2014": [("microblog/2014-hcan-headline-safe.json", "hcan", "microblog/2014-bi-encoder-zero-shot-safe.json",
+                        None)],
+    "DL19": [("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2019-bi-encoder-zero-shot-safe.json",
+              None)],
 }
 
 
-def fallback_replay(trained: dict, zero: dict) -> dict:
+def fallback_entry(file: str) -> tuple[str, str, str, str | None]:
+    """The :data:`FALLBACK_REPLAYS` entry of a trained model's ``measure`` file."""
+    return next(entry for entries in FALLBACK_REPLAYS.values() for entry in entries if entry[0] == file)
+
+
+def fallback_replay(trained: dict, zero: dict, label: str) -> dict:
     """``--zero-shot-rule fallback`` (:data:`pipeline.engine.stacking.FALLBACK`) replayed from two ``measure`` files of
     the same folds: per seed and fold, the fine-tuned model's combination with the first stage at the weight
     :func:`pipeline.engine.fusion.decide_weight` gives its recorded dev evidence where the verdict is ``kept``,
     else the zero-shot safe combination's per-query values (step 1, tuned on every non-test query).
+    ``label``: the trained model's row (``NAME`` of ``NAME+safe``).
     Returns ``{seed: {"fallback": {query: value}, "two_way": {query: value}, "kept": folds kept}}``."""
     from pipeline.engine import fusion
 
     zero_runs = safe_result(zero, "bi-encoder+safe")["per_query"]
-    label = next(row for row in trained["per_query"]["runs"] if row.endswith("+safe"))
     out = {}
     for seed, folds in trained["folds"].items():
         two_way = zero_runs[seed]
-        safe_run = trained["per_query"]["runs"][label][seed]
+        safe_run = trained["per_query"]["runs"][f"{label}+safe"][seed]
         replayed: dict[str, float] = {}
         kept = 0
         for fold in folds:
@@ -345,20 +358,17 @@ def fallback_replay(trained: dict, zero: dict) -> dict:
     return out
 
 
-def fallback_summary(name: str) -> dict | None:
-    """The fallback replay of :data:`FALLBACK_REPLAYS` ``[name]`` in :func:`three_way_summary`'s shape (``three_way``:
-    the fallback; ``two_way``: the zero-shot safe combination), with the check against a real run where one
-    exists (``checked_against_run``: per seed, the largest per-query difference; 0 means the same ranking values).
+def fallback_summary(file: str, label: str, zero_file: str, run_file: str | None) -> dict | None:
+    """One :data:`FALLBACK_REPLAYS` entry replayed, in :func:`three_way_summary`'s shape (``three_way``: the fallback;
+    ``two_way``: the zero-shot safe combination), with the check against a real run where one exists
+    (``checked_against_run``: per seed, the largest per-query difference; 0: the same values).
     ``None`` when a file is missing."""
     from scipy import stats
 
-    if name not in FALLBACK_REPLAYS:
-        return None
-    file, label, zero_file, run_file = FALLBACK_REPLAYS[name]
     trained, zero = load(file), load(zero_file)
     if trained is None or zero is None:
         return None
-    replay = fallback_replay(trained, zero)
+    replay = fallback_replay(trained, zero, label)
     seeds = sorted(replay, key=int)
     three = [statistics.mean(replay[s]["fallback"].values()) for s in seeds]
     two = [statistics.mean(replay[s]["two_way"].values()) for s in seeds]
@@ -370,7 +380,7 @@ def fallback_summary(name: str) -> dict | None:
         pvalues.append(1.0 if a == b else float(f"{stats.ttest_rel(a, b).pvalue:.3g}"))
     summary = {"seed_model": f"{label} (fallback rule)", "file": file, "rule": "fallback",
                "recipe": f"python {trained['command']}",
-               "source": (f"replayed from {file} (the fine-tuned model's dev evidence and per-weight test values) and "
+               "source": (f"replayed from {file} (the trained model's dev evidence and per-weight test values) and "
                           f"{zero_file} (the zero-shot safe combination of the same folds): pipeline.engine.stacking "
                           "FALLBACK, what --zero-shot-base all-MiniLM-L6-v2 --zero-shot-rule fallback runs"),
                "seeds": [int(s) for s in seeds], "two_way": round(statistics.mean(two), 4),
@@ -378,6 +388,7 @@ def fallback_summary(name: str) -> dict | None:
                "three_way_per_seed": [round(v, 4) for v in three], "two_way_per_seed": [round(v, 4) for v in two],
                "p_three_vs_two": pvalues,
                "significant_gain_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a > b],
+               "significant_loss_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a < b],
                "folds_where_the_seed_model_entered": sum(replay[s]["kept"] for s in seeds),
                "folds": sum(len(trained["folds"][s]) for s in seeds)}
     run = load(run_file) if run_file else None
@@ -485,9 +496,8 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
     if best is not None and zero_mean is not None:
         entry["best_trained_minus_zero_shot"] = round(best["mean"] - zero_mean, 4)
     three = [summary for summary in map(three_way_summary, THREE_WAY.get(name, [])) if summary is not None]
-    fallback = fallback_summary(name)
-    if fallback is not None:
-        three.append(fallback)
+    three += [summary for summary in (fallback_summary(*entry) for entry in FALLBACK_REPLAYS.get(name, []))
+              if summary is not None]
     if three:
         entry["three_way"] = three
         # the three-way step is tested against the zero-shot combination of the same folds (its two-way step),

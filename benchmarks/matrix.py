@@ -66,12 +66,12 @@ class Source:
             if self.row == STACKED_ROW:  # a three_way_combination.py file: the stacked run of each seed
                 return [float(v) for v in data["three_way"]]
             if self.row == FALLBACK_ROW:  # --zero-shot-rule fallback, replayed by beyond_zero_shot.py
-                from beyond_zero_shot import FALLBACK_REPLAYS, fallback_replay
+                from beyond_zero_shot import fallback_entry, fallback_replay
 
-                zero_file = next(entry[2] for entry in FALLBACK_REPLAYS.values() if entry[0] == self.file)
+                _, label, zero_file, _ = fallback_entry(self.file)
                 if metric != data["metric"]:
                     raise SystemExit(f"{self.file}: the fallback replay has {data['metric']} only, not {metric}")
-                replay = fallback_replay(data, load_json(zero_file))
+                replay = fallback_replay(data, load_json(zero_file), label)
                 return [sum(replay[seed]["fallback"].values()) / len(replay[seed]["fallback"])
                         for seed in sorted(replay, key=int)]
             if self.row.endswith("+safe"):

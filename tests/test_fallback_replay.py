@@ -35,7 +35,7 @@ def test_a_proven_fold_takes_the_fine_tuned_combination_and_any_other_the_zero_s
         "per_query": {"runs": {"ft+safe": {"1": {}}}}}
     zero_values = {"a": 0.5, "b": 0.5, "c": 0.55, "d": 0.45, "unused": 0.0}
     zero = {"results": {"bi-encoder+safe": {"seeds": [1]}}, "per_query": {"runs": {"bi-encoder+safe": {"1": zero_values}}}}
-    replay = script.fallback_replay(trained, zero)["1"]
+    replay = script.fallback_replay(trained, zero, "ft")["1"]
     # neither the first stage (1.0) nor the shrunk weight (0.65) of the plain safe rule: the zero-shot combination
     assert replay["fallback"] == {"a": 0.9, "b": 0.8, "c": 0.55, "d": 0.45}
     assert replay["two_way"] == {"a": 0.5, "b": 0.5, "c": 0.55, "d": 0.45} and replay["kept"] == 1
@@ -46,17 +46,19 @@ def test_a_test_query_the_zero_shot_file_lacks_is_refused(script):
                "per_query": {"runs": {"ft+safe": {"1": {}}}}}
     zero = {"results": {"bi-encoder+safe": {"seeds": [1]}}, "per_query": {"runs": {"bi-encoder+safe": {"1": {"y": 1.0}}}}}
     with pytest.raises(ValueError, match="not in the zero-shot file"):
-        script.fallback_replay(trained, zero)
+        script.fallback_replay(trained, zero, "ft")
 
 
 def test_the_replay_gives_the_real_fallback_runs_per_query(script):
     checked = 0
-    for name, (_, _, _, run_file) in script.FALLBACK_REPLAYS.items():
-        summary = script.fallback_summary(name)
-        if run_file is None or summary is None or "checked_against_run" not in summary:
-            continue
-        differences = summary["checked_against_run"]["max_abs_difference_per_seed"]
-        assert differences and all(value < 1e-5 for value in differences.values()), (name, differences)
-        checked += 1
+    for entries in script.FALLBACK_REPLAYS.values():
+        for entry in entries:
+            summary = script.fallback_summary(*entry)
+            if entry[3] is None:
+                continue
+            assert summary is not None and "checked_against_run" in summary, f"{entry[3]} is named but missing"
+            differences = summary["checked_against_run"]["max_abs_difference_per_seed"]
+            assert differences and all(value < 1e-5 for value in differences.values()), (entry, differences)
+            checked += 1
     if checked == 0:
         pytest.skip("no real --rule fallback run recorded yet")
