@@ -363,8 +363,6 @@ def fallback_summary(file: str, label: str, zero_file: str, run_file: str | None
     ``two_way``: the zero-shot safe combination), with the check against a real run where one exists
     (``checked_against_run``: per seed, the largest per-query difference; 0: the same values).
     ``None`` when a file is missing."""
-    from scipy import stats
-
     trained, zero = load(file), load(zero_file)
     if trained is None or zero is None:
         return None
@@ -372,12 +370,7 @@ def fallback_summary(file: str, label: str, zero_file: str, run_file: str | None
     seeds = sorted(replay, key=int)
     three = [statistics.mean(replay[s]["fallback"].values()) for s in seeds]
     two = [statistics.mean(replay[s]["two_way"].values()) for s in seeds]
-    pvalues = []
-    for seed in seeds:
-        common = sorted(replay[seed]["fallback"])
-        a = [replay[seed]["fallback"][q] for q in common]
-        b = [replay[seed]["two_way"][q] for q in common]
-        pvalues.append(1.0 if a == b else float(f"{stats.ttest_rel(a, b).pvalue:.3g}"))
+    pvalues, _, _ = paired_per_seed({s: replay[s]["fallback"] for s in seeds}, {s: replay[s]["two_way"] for s in seeds})
     summary = {"seed_model": f"{label} (fallback rule)", "file": file, "rule": "fallback",
                "recipe": f"python {trained['command']}",
                "source": (f"replayed from {file} (the trained model's dev evidence and per-weight test values) and "
