@@ -33,6 +33,7 @@ from ..core.options import parse_overrides
 from ..core.filenames import safe_name
 from ..core.runtime import environment_precision, requested_precision
 from ..core.suggest import unknown_name
+from .stacking_rules import RULES as ZERO_SHOT_RULES, STACK
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
 DEFAULT_DATASET = "microblog"
@@ -134,10 +135,10 @@ class RunConfig:
         "its weight tuned on the dev queries (it enters only with a proven gain). Needs --interpolate auto "
         "(pipeline.engine.stacking)", TRAINING, metavar="MODEL")
     zero_shot_rule: str = option(
-        "stack", "with --zero-shot-base: 'stack' (default) combines the re-ranker with the zero-shot combination; "
+        STACK, "with --zero-shot-base: 'stack' (default) combines the re-ranker with the zero-shot combination; "
         "'fallback' combines it with the first stage and keeps that only when its gain is proven on the dev "
         "queries, else the fold keeps the zero-shot combination (for a re-ranker fine-tuned from the zero-shot "
-        "model, e.g. --reranker bi-encoder; pipeline.engine.stacking)", TRAINING, metavar="stack|fallback")
+        "model, e.g. --reranker bi-encoder; pipeline.engine.stacking)", TRAINING, metavar="|".join(ZERO_SHOT_RULES))
 
     batch_size: int | None = option(None, "scoring batch in (query, document) pairs, filled across queries "
                                     "(default: the model's score_batch_size)", SCORING, metavar="N")
@@ -199,9 +200,9 @@ class RunConfig:
             if self.interpolate is not None and self.interpolate != "auto":
                 raise ConfigError(f"--zero-shot-base tunes both weights: it needs --interpolate auto, got "
                                   f"--interpolate {self.interpolate}")
-        if self.zero_shot_rule not in ("stack", "fallback"):
-            raise ConfigError(f"--zero-shot-rule: expected stack or fallback, got {self.zero_shot_rule!r}")
-        if self.zero_shot_rule != "stack" and self.zero_shot_base is None:
+        if self.zero_shot_rule not in ZERO_SHOT_RULES:
+            raise ConfigError(f"--zero-shot-rule: expected {' or '.join(ZERO_SHOT_RULES)}, got {self.zero_shot_rule!r}")
+        if self.zero_shot_rule != STACK and self.zero_shot_base is None:
             raise ConfigError(f"--zero-shot-rule {self.zero_shot_rule} needs --zero-shot-base MODEL: the zero-shot "
                               f"combination it falls back to")
         if self.model and self.reranker == "none":

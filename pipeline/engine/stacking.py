@@ -38,16 +38,12 @@ from ..core.datasets import Dataset
 from ..core.records import Run
 from .context import FirstStageContext
 from .fusion import KEPT, WeightChoice, check_tunable, choose_weight, interpolate, tuning_queries
+from .stacking_rules import FALLBACK, RULES, STACK
 from .stages import rerank
 
 log = logging.getLogger("pipeline.engine.stacking")
 
-#: step 2 combines the trained re-ranker with the zero-shot combination (the default of ``--zero-shot-base``)
-STACK = "stack"
-#: step 2 combines the trained re-ranker with the first stage; unproven, the fold keeps the zero-shot combination
-FALLBACK = "fallback"
-#: the values of ``--zero-shot-rule``
-RULES = (STACK, FALLBACK)
+__all__ = ["FALLBACK", "RULES", "STACK", "StackedRuns", "stack_on_zero_shot"]
 
 
 @dataclass

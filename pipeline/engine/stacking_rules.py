@@ -1,0 +1,13 @@
+"""The values of ``--zero-shot-rule``: how a trained re-ranker joins the zero-shot combination.
+
+They live apart from :mod:`pipeline.engine.stacking` so that :mod:`pipeline.engine.config` can check the option
+without importing the scoring stages; the rules themselves are described and carried out there.
+"""
+from __future__ import annotations
+
+#: step 2 combines the trained re-ranker with the zero-shot combination (the default of ``--zero-shot-base``)
+STACK = "stack"
+#: step 2 combines the trained re-ranker with the first stage; unproven, the fold keeps the zero-shot combination
+FALLBACK = "fallback"
+#: the values of ``--zero-shot-rule``, the default first
+RULES = (STACK, FALLBACK)
