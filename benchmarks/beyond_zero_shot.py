@@ -300,7 +300,7 @@ THREE_WAY = {
 #: KNRM and Microblog's HCAN show what it does to models that are not (docs/recommendations.md)
 FALLBACK_REPLAYS = {
     "Cranfield": [("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
-                   None),
+                   "cranfield/fallback-bi-encoder-bi-encoder-in-batch.json"),
                   ("cranfield/knrm-safe.json", "knrm", "cranfield/bi-encoder-zero-shot-safe.json", None)],
     "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
                  "vaswani/bi-encoder-zero-shot-safe.json", None),
