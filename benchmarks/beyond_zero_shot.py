@@ -87,6 +87,7 @@ SAFE_FILES = {
     "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
     # the fine-tuning run holds its own +safe rows (benchmarks/results/dl/2019-bi-encoder-in-batch.md)
     "dl/2019-bi-encoder-in-batch.json": "dl/2019-bi-encoder-in-batch.json",
+    "dl/2020-bi-encoder-in-batch.json": "dl/2020-bi-encoder-in-batch.json",
     "vaswani/bi-encoder-in-batch-bf16.json": "vaswani/bi-encoder-in-batch-bf16.json",
     "cranfield/bi-encoder-in-batch.json": "cranfield/bi-encoder-in-batch.json",
     "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
@@ -267,7 +268,9 @@ COLLECTIONS = [
      [("DRMM", "dl/2020-knrm-drmm.json", "drmm"), ("KNRM", "dl/2020-knrm-drmm.json", "knrm"),
       ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-cross-encoder.json", "cross-encoder"),
       ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-addax.json", "addax"),
-      ("HCAN (2 epochs x 3,200 pairs)", "dl/2020-hcan.json", "hcan")]),
+      ("HCAN (2 epochs x 3,200 pairs)", "dl/2020-hcan.json", "hcan"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2020-bi-encoder-in-batch.json",
+       "bi-encoder-in-batch")]),
     ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json",
      [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm")]),
 ]
@@ -309,6 +312,8 @@ FALLBACK_REPLAYS = {
     "Microblog 2014": [("microblog/2014-hcan-headline-safe.json", "hcan", "microblog/2014-bi-encoder-zero-shot-safe.json",
                         None)],
     "DL19": [("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2019-bi-encoder-zero-shot-safe.json",
+              None)],
+    "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",
               None)],
 }
 
