@@ -290,7 +290,8 @@ THREE_WAY = {
     "DL19": ["dl/2019-three-way-bi-encoder-drmm.json", "dl/2019-three-way-bi-encoder-knrm.json",
              "dl/2019-three-way-bi-encoder-hcan.json", "dl/2019-three-way-bi-encoder-cross-encoder-distilled.json"],
     "DL20": ["dl/2020-three-way-bi-encoder-drmm.json", "dl/2020-three-way-bi-encoder-knrm.json",
-             "dl/2020-three-way-bi-encoder-hcan.json", "dl/2020-three-way-bi-encoder-cross-encoder-distilled.json"],
+             "dl/2020-three-way-bi-encoder-hcan.json", "dl/2020-three-way-bi-encoder-cross-encoder-distilled.json",
+             "dl/2020-three-way-bi-encoder-bi-encoder-in-batch.json"],
     "DL21": ["dl/2021-three-way-bi-encoder-drmm.json", "dl/2021-three-way-bi-encoder-knrm.json",
              "dl/2021-three-way-bi-encoder-hcan.json"],
 }
@@ -314,7 +315,7 @@ FALLBACK_REPLAYS = {
     "DL19": [("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2019-bi-encoder-zero-shot-safe.json",
               None)],
     "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",
-              None)],
+              "dl/2020-fallback-bi-encoder-bi-encoder-in-batch.json")],
 }
 
 
