@@ -88,6 +88,7 @@ SAFE_FILES = {
     # the fine-tuning run holds its own +safe rows (benchmarks/results/dl/2019-bi-encoder-in-batch.md)
     "dl/2019-bi-encoder-in-batch.json": "dl/2019-bi-encoder-in-batch.json",
     "dl/2020-bi-encoder-in-batch.json": "dl/2020-bi-encoder-in-batch.json",
+    "dl/2021-bi-encoder-in-batch.json": "dl/2021-bi-encoder-in-batch.json",
     "vaswani/bi-encoder-in-batch-bf16.json": "vaswani/bi-encoder-in-batch-bf16.json",
     "cranfield/bi-encoder-in-batch.json": "cranfield/bi-encoder-in-batch.json",
     "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
@@ -272,7 +273,9 @@ COLLECTIONS = [
       ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2020-bi-encoder-in-batch.json",
        "bi-encoder-in-batch")]),
     ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json",
-     [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm")]),
+     [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2021-bi-encoder-in-batch.json",
+       "bi-encoder-in-batch")]),
 ]
 
 #: per collection: the three-way combinations measured (first stage + zero-shot bi-encoder + a trained seed model,
@@ -317,6 +320,8 @@ FALLBACK_REPLAYS = {
               None)],
     "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",
               "dl/2020-fallback-bi-encoder-bi-encoder-in-batch.json")],
+    "DL21": [("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2021-bi-encoder-zero-shot-safe.json",
+              None)],
 }
 
 

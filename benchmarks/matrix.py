@@ -182,6 +182,7 @@ def _fine_tuned_bi_encoder(rule: str) -> dict[str, Source]:
     in float32."""
     runs = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
             "dl20": ("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
+            "dl21": ("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
             "vaswani": ("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16"),
             "cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}
     return {key: Source(file, label + rule) for key, (file, label) in runs.items()}
