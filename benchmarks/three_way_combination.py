@@ -39,6 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline.engine.stacking_rules import RULES, STACK  # noqa: E402  (a constants module: no heavy import)
+
 ZERO_SHOT = "all-MiniLM-L6-v2"
 
 
@@ -102,7 +104,7 @@ def measure(args: argparse.Namespace) -> dict:
         two_way, three_way, folds = stacked.zero_shot_combined, stacked.final, []
         for name, (bi_choice, seed_choice) in stacked.choices.items():
             # stack: the seed model's weight against the two-way ranking; fallback: against the first stage
-            weight_key = "weight_of_two_way" if args.rule == "stack" else "weight_of_first_stage"
+            weight_key = "weight_of_two_way" if args.rule == STACK else "weight_of_first_stage"
             folds.append({"fold": name, "bi_encoder_weight_of_first_stage": bi_choice.weight,
                           "seed_model": {weight_key: seed_choice.weight, "tuned": seed_choice.tuned,
                                          "verdict": seed_choice.verdict, "dev_queries": seed_choice.queries,
@@ -157,7 +159,7 @@ def merge(paths: list[Path], output: Path) -> dict:
 
     parts = [json.loads(Path(path).read_text(encoding="utf-8")) for path in paths]
     for part in parts:
-        part.setdefault("rule", "stack")  # files from before --rule
+        part.setdefault("rule", STACK)  # files from before --rule
     same = ("dataset", "split", "seed_model", "zero_shot", "rule", "metric")
     for path, part in zip(paths[1:], parts[1:]):
         if any(part[key] != parts[0][key] for key in same):
@@ -198,7 +200,7 @@ def main(argv=None) -> int:
                                         "a recipe given by --set apart")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--set", action="append", default=[])
-    parser.add_argument("--rule", choices=("stack", "fallback"), default="stack",
+    parser.add_argument("--rule", choices=RULES, default=STACK,
                         help="step 2: the seed model on top of the two-way ranking (stack), or with the first stage "
                              "where proven, else the two-way ranking (fallback; --zero-shot-rule of the command)")
     parser.add_argument("--threads", type=int, default=1)
