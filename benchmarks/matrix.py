@@ -65,8 +65,9 @@ class Source:
             data = load_json(self.file)
             if self.row == STACKED_ROW:  # a three_way_combination.py file: the stacked run of each seed
                 return [float(v) for v in data["three_way"]]
-            if self.row == FALLBACK_ROW:  # --zero-shot-rule fallback, replayed by beyond_zero_shot.py
-                from beyond_zero_shot import fallback_entry, fallback_replay
+            if self.row == FALLBACK_ROW:  # --zero-shot-rule fallback, replayed by fallback_rule_replay.py
+                from fallback_rule_replay import fallback_replay
+                from zero_shot_files import fallback_entry
 
                 _, label, zero_file, _ = fallback_entry(self.file)
                 if metric != data["metric"]:
@@ -76,8 +77,8 @@ class Source:
                         for seed in sorted(replay, key=int)]
             if self.row.endswith("+safe"):
                 # the rule --interpolate auto applies now, replayed where the file records every weight's
-                # test values (beyond_zero_shot.safe_result checks the replay against the recorded rows)
-                from beyond_zero_shot import safe_result
+                # test values (safe_rule_replay.safe_result checks the replay against the recorded rows)
+                from safe_rule_replay import safe_result
 
                 replayed = safe_result(data, self.row) or {}
                 if metric in replayed:
@@ -153,7 +154,7 @@ STACKED_ROW = "three-way"
 #: a fine-tuned model under ``--zero-shot-rule fallback``: its own combination with the first stage where proven on
 #: the dev queries, else the zero-shot combination (``pipeline.engine.stacking``)
 FALLBACK = " + first stage where proven, else first stage + zero-shot bi-encoder (--zero-shot-rule fallback)"
-#: the row name of that replay (``beyond_zero_shot.fallback_replay``) in a fine-tuned ``measure`` file
+#: the row name of that replay (``fallback_rule_replay.fallback_replay``) in a fine-tuned ``measure`` file
 FALLBACK_ROW = "fallback (replayed)"
 
 

@@ -29,6 +29,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ZERO_SHOT_ROW = "bi-encoder+safe"
 
 
+def paired_per_seed(trained_runs: dict, zero_runs: dict) -> tuple[list, list, list]:
+    """Per seed both hold (``{seed: {query: value}}``), the two-sided paired t-test's p of trained against
+    zero-shot over their common queries and the difference of the means: ``(p-values, differences, seeds)``."""
+    from scipy import stats
+
+    pvalues, deltas, seeds = [], [], []
+    for seed in sorted(set(zero_runs) & set(trained_runs), key=int):
+        common = sorted(set(zero_runs[seed]) & set(trained_runs[seed]))
+        a = [trained_runs[seed][q] for q in common]
+        b = [zero_runs[seed][q] for q in common]
+        pvalues.append(1.0 if a == b else float(f"{stats.ttest_rel(a, b).pvalue:.3g}"))
+        deltas.append(round(statistics.mean(a) - statistics.mean(b), 4))
+        seeds.append(int(seed))
+    return pvalues, deltas, seeds
+
+
 def compare(trained: dict, zero_shot: dict, zero_row: str = ZERO_SHOT_ROW) -> list[dict]:
     """One entry per (trained row, seed): mean, difference from the zero-shot row, paired two-sided p-value.
 

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipeline.core.formats import natural_key  # noqa: E402
 from pipeline.engine import fusion  # noqa: E402
+from zero_shot_files import SAFE_FILES  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUTPUT = RESULTS / "combination" / "safe-rule-replay.json"
@@ -242,10 +243,26 @@ def all_proven(data: Mapping) -> bool:
     return bool(folds) and all(proven(*evidence(fold)[1:]) for fold in folds)
 
 
+def safe_result(data: dict, row: str) -> dict | None:
+    """The safe rule's row ``row`` (``NAME+safe``) of a re-measurement, with its per-query values per seed
+    (``per_query``). Where the file records every grid weight's test values (``test_values``), it is the replay
+    of the rule ``--interpolate auto`` applies now (:func:`pipeline.engine.fusion.decide_weight`, through
+    ``benchmarks/py``), after checking that the replay reproduces the file's recorded old and
+    safe rows; otherwise the row as recorded."""
+    saved = data.get("results", {}).get(row)
+    if saved is None or not recorded(data) or labels(data)[2] != row:
+        if saved is not None:
+            saved = {**saved, "per_query": data.get("per_query", {}).get("runs", {}).get(row, {})}
+        return saved
+    try:
+        check(data, data.get("command", row))
+    except ReplayError as error:
+        raise SystemExit(f"safe_rule_replay: {error}") from None
+    return {**replay(data, RULES["current"][1]), "replayed": True}
+
+
 def safe_files() -> list[str]:
     """The re-measurement files of ``beyond_zero_shot.py`` (relative to benchmarks/results), in its order."""
-    from beyond_zero_shot import SAFE_FILES  # here: it imports this module in turn
-
     return list(dict.fromkeys(SAFE_FILES.values()))
 
 

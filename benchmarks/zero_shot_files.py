@@ -1,0 +1,147 @@
+"""Which result file answers which question of issue 36: the registry ``benchmarks/beyond_zero_shot.py build``,
+``benchmarks/safe_rule_replay.py``, ``benchmarks/fallback_rule_replay.py`` and ``benchmarks/matrix.py`` read.
+
+Data only (file names relative to ``benchmarks/results``, their row labels and what each is compared with), so
+that every script reading it can import it without importing the others.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SUMMARY = RESULTS / "combination" / "beyond-zero-shot.json"
+
+#: table file -> the safe re-measurement of the same runs (same protocol, seeds and recipe)
+SAFE_FILES = {
+    "cranfield/bi-encoder-zero-shot.json": "cranfield/bi-encoder-zero-shot-safe.json",
+    "vaswani/bi-encoder-zero-shot.json": "vaswani/bi-encoder-zero-shot-safe.json",
+    "nfcorpus/bi-encoder-zero-shot.json": "nfcorpus/bi-encoder-zero-shot-safe.json",
+    "wikiqa/bi-encoder-zero-shot.json": "wikiqa/bi-encoder-zero-shot-safe.json",
+    "cranfield/knrm.json": "cranfield/knrm-safe.json",
+    "vaswani/knrm.json": "vaswani/knrm-safe.json",
+    "dl/2019-bi-encoder-zero-shot.json": "dl/2019-bi-encoder-zero-shot-safe.json",
+    "dl/2020-bi-encoder-zero-shot.json": "dl/2020-bi-encoder-zero-shot-safe.json",
+    "dl/2021-bi-encoder-zero-shot.json": "dl/2021-bi-encoder-zero-shot-safe.json",
+    "microblog/2014-hcan-headline.json": "microblog/2014-hcan-headline-safe.json",
+    # measured under both rules at once (QL top 1000, as the cross-encoder rows)
+    "microblog/2013-bi-encoder-zero-shot-safe.json": "microblog/2013-bi-encoder-zero-shot-safe.json",
+    "microblog/2014-bi-encoder-zero-shot-safe.json": "microblog/2014-bi-encoder-zero-shot-safe.json",
+    "microblog/2013-transformers-depth1000-3seeds.json": "microblog/2013-cross-encoder-safe.json",
+    "microblog/2014-transformers-depth1000-3seeds.json": "microblog/2014-cross-encoder-safe.json",
+    "dl/2021-knrm-drmm.json": "dl/2021-knrm-drmm-safe.json",
+    "dl/2019-knrm-drmm.json": "dl/2019-knrm-drmm-safe.json",
+    # the fine-tuning run holds its own +safe rows (benchmarks/results/dl/2019-bi-encoder-in-batch.md)
+    "dl/2019-bi-encoder-in-batch.json": "dl/2019-bi-encoder-in-batch.json",
+    "dl/2020-bi-encoder-in-batch.json": "dl/2020-bi-encoder-in-batch.json",
+    "dl/2021-bi-encoder-in-batch.json": "dl/2021-bi-encoder-in-batch.json",
+    "vaswani/bi-encoder-in-batch-bf16.json": "vaswani/bi-encoder-in-batch-bf16.json",
+    "cranfield/bi-encoder-in-batch.json": "cranfield/bi-encoder-in-batch.json",
+    "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
+    "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
+    "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
+    "wikiqa/match-srnn.json": "wikiqa/match-srnn-safe.json",
+}
+
+
+#: per shipped collection: the first-stage / zero-shot file and the trained rows to compare with it
+COLLECTIONS = [
+    ("Cranfield", "AP", "cranfield/bi-encoder-zero-shot.json",
+     [("KNRM (recipe defaults, 5-fold CV)", "cranfield/knrm.json", "knrm"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, 5-fold CV)", "cranfield/bi-encoder-in-batch.json",
+       "bi-encoder-in-batch")]),
+    ("Vaswani", "AP", "vaswani/bi-encoder-zero-shot.json",
+     [("KNRM (recipe defaults, 5-fold CV)", "vaswani/knrm.json", "knrm"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, 5-fold CV; amp requested, float32 on an "
+       "AVX2 host)", "vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16")]),
+    ("NFCorpus", "nDCG@10", "nfcorpus/bi-encoder-zero-shot.json",
+     [("KNRM (recipe defaults, 5-fold CV)", "nfcorpus/knrm.json", "knrm")]),
+    ("Microblog 2013", "AP", "microblog/2013-bi-encoder-zero-shot-safe.json",
+     [("HCAN (hinge, up to 20 epochs)", "microblog/2013-hcan-hinge-all.json", "hcan-HCAN"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2013-transformers-depth1000-3seeds.json",
+       "cross-encoder")]),
+    ("Microblog 2014", "AP", "microblog/2014-bi-encoder-zero-shot-safe.json",
+     [("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2014-transformers-depth1000-3seeds.json",
+       "cross-encoder")]),
+    ("WikiQA (237 q)", "AP", "wikiqa/bi-encoder-zero-shot.json",
+     [("Bi-Match-SRNN", "wikiqa/match-srnn.json", "bi-match-srnn")]),
+    ("TrecQA raw-test", "AP", "trecqa/bi-encoder-zero-shot.json", [("HCAN", "trecqa/hcan.json", "hcan-HCAN")]),
+    ("DL19", "nDCG@10", "dl/2019-bi-encoder-zero-shot.json",
+     [("DRMM", "dl/2019-knrm-drmm.json", "drmm"), ("KNRM", "dl/2019-knrm-drmm.json", "knrm"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-cross-encoder.json", "cross-encoder"),
+      ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-addax.json", "addax"),
+      ("HCAN (2 epochs x 3,200 pairs)", "dl/2019-hcan.json", "hcan"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2019-bi-encoder-in-batch.json",
+       "bi-encoder-in-batch"),
+      ("cross-encoder distilled from the zero-shot bi-encoder (distill_weight 0.5, 2 epochs x 640 groups of 5)",
+       "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled")]),
+    ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json",
+     [("DRMM", "dl/2020-knrm-drmm.json", "drmm"), ("KNRM", "dl/2020-knrm-drmm.json", "knrm"),
+      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-cross-encoder.json", "cross-encoder"),
+      ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-addax.json", "addax"),
+      ("HCAN (2 epochs x 3,200 pairs)", "dl/2020-hcan.json", "hcan"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2020-bi-encoder-in-batch.json",
+       "bi-encoder-in-batch")]),
+    ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json",
+     [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm"),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2021-bi-encoder-in-batch.json",
+       "bi-encoder-in-batch")]),
+]
+
+#: per collection: the three-way combinations measured (first stage + zero-shot bi-encoder + a trained seed model,
+#: benchmarks/three_way_combination.py), each against its own two-way step (first stage + zero-shot bi-encoder)
+THREE_WAY = {
+    "Cranfield": ["cranfield/three-way-bi-encoder-knrm.json", "cranfield/three-way-bi-encoder-drmm.json",
+                  "cranfield/three-way-bi-encoder-hcan.json", "cranfield/three-way-bi-encoder-cross-encoder-bf16.json",
+                  "cranfield/three-way-bi-encoder-bi-encoder-in-batch.json"],
+    "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json",
+                "vaswani/three-way-bi-encoder-hcan.json"],
+    "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-drmm.json",
+                 "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
+    "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json", "microblog/2013-three-way-bi-encoder-hcan.json"],
+    "Microblog 2014": ["microblog/2014-three-way-bi-encoder-cross-encoder.json", "microblog/2014-three-way-bi-encoder-hcan.json"],
+    "DL19": ["dl/2019-three-way-bi-encoder-drmm.json", "dl/2019-three-way-bi-encoder-knrm.json",
+             "dl/2019-three-way-bi-encoder-hcan.json", "dl/2019-three-way-bi-encoder-cross-encoder-distilled.json",
+             "dl/2019-three-way-bi-encoder-bi-encoder-in-batch.json"],
+    "DL20": ["dl/2020-three-way-bi-encoder-drmm.json", "dl/2020-three-way-bi-encoder-knrm.json",
+             "dl/2020-three-way-bi-encoder-hcan.json", "dl/2020-three-way-bi-encoder-cross-encoder-distilled.json",
+             "dl/2020-three-way-bi-encoder-bi-encoder-in-batch.json"],
+    "DL21": ["dl/2021-three-way-bi-encoder-drmm.json", "dl/2021-three-way-bi-encoder-knrm.json",
+             "dl/2021-three-way-bi-encoder-hcan.json"],
+}
+
+
+#: per collection: trained models replayed under ``--zero-shot-rule fallback`` (a ``measure`` file with the model's
+#: per-fold dev evidence and per-query values, its row label, the zero-shot safe re-measurement of the same folds,
+#: and the file of a real ``three_way_combination.py --rule fallback`` run of some of its seeds, or ``None``,
+#: against which the replay is checked). The rule is meant for the bi-encoder fine-tuned from the zero-shot model;
+#: KNRM and Microblog's HCAN show what it does to models that are not (docs/recommendations.md)
+FALLBACK_REPLAYS = {
+    "Cranfield": [("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
+                   "cranfield/fallback-bi-encoder-bi-encoder-in-batch.json"),
+                  ("cranfield/knrm-safe.json", "knrm", "cranfield/bi-encoder-zero-shot-safe.json", None)],
+    "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
+                 "vaswani/bi-encoder-zero-shot-safe.json", None),
+                ("vaswani/knrm-safe.json", "knrm", "vaswani/bi-encoder-zero-shot-safe.json", None)],
+    "NFCorpus": [("nfcorpus/knrm-safe.json", "knrm", "nfcorpus/bi-encoder-zero-shot-safe.json", None)],
+    "Microblog 2014": [("microblog/2014-hcan-headline-safe.json", "hcan", "microblog/2014-bi-encoder-zero-shot-safe.json",
+                        None)],
+    "DL19": [("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2019-bi-encoder-zero-shot-safe.json",
+              None)],
+    "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",
+              "dl/2020-fallback-bi-encoder-bi-encoder-in-batch.json")],
+    "DL21": [("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2021-bi-encoder-zero-shot-safe.json",
+              None)],
+}
+
+
+def fallback_entry(file: str) -> tuple[str, str, str, str | None]:
+    """The :data:`FALLBACK_REPLAYS` entry of a trained model's ``measure`` file."""
+    return next(entry for entries in FALLBACK_REPLAYS.values() for entry in entries if entry[0] == file)
+
+
+def load(file: str) -> dict | None:
+    """A result file (relative to ``benchmarks/results``) as JSON, ``None`` when it is not there."""
+    path = RESULTS / file
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
