@@ -127,3 +127,13 @@ def test_summary_counts_every_rule_and_says_why_a_file_needs_no_replay(tmp_path)
     assert summary["totals_over_replayed_rows"]["old"]["seeds"] == 1
     (other,) = summary["not_replayed"]
     assert other["file"] == "x/kept-safe.json" and other["status"].startswith("unchanged")
+
+
+def test_the_kept_replay_is_what_the_script_gives_from_the_result_files():
+    kept = json.loads(replay.OUTPUT.read_text(encoding="utf-8"))
+    fresh = json.loads(json.dumps(replay.summarise(replay.safe_files())))
+    for key, value in fresh.items():
+        assert kept.get(key) == value, f"{replay.OUTPUT.name} stale ({key}): run python benchmarks/safe_rule_replay.py"
+    # the rows the rule was chosen on are among the replayed ones, and at least one row tests it afresh
+    assert set(replay.CHOSEN_ON) <= {row["file"] for row in fresh["rows"]}
+    assert fresh["totals_on_rows_measured_after_the_choice"]["current"]["rows"] > 0
