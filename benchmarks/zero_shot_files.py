@@ -123,7 +123,7 @@ FALLBACK_REPLAYS = {
                    "cranfield/fallback-bi-encoder-bi-encoder-in-batch.json"),
                   ("cranfield/knrm-safe.json", "knrm", "cranfield/bi-encoder-zero-shot-safe.json", None)],
     "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
-                 "vaswani/bi-encoder-zero-shot-safe.json", None),
+                 "vaswani/bi-encoder-zero-shot-safe.json", "vaswani/fallback-bi-encoder-bi-encoder-in-batch-bf16.json"),
                 ("vaswani/knrm-safe.json", "knrm", "vaswani/bi-encoder-zero-shot-safe.json", None)],
     "NFCorpus": [("nfcorpus/knrm-safe.json", "knrm", "nfcorpus/bi-encoder-zero-shot-safe.json", None)],
     "Microblog 2014": [("microblog/2014-hcan-headline-safe.json", "hcan", "microblog/2014-bi-encoder-zero-shot-safe.json",
