@@ -59,10 +59,10 @@ def fallback_replay(trained: dict, zero: dict, label: str) -> dict:
 
 
 def fallback_summary(file: str, label: str, zero_file: str, run_file: str | None) -> dict | None:
-    """One :data:`FALLBACK_REPLAYS` entry replayed, in :func:`three_way_summary`'s shape (``three_way``: the fallback;
-    ``two_way``: the zero-shot safe combination), with the check against a real run where one exists
-    (``checked_against_run``: per seed, the largest per-query difference; 0: the same values).
-    ``None`` when a file is missing."""
+    """One :data:`zero_shot_files.FALLBACK_REPLAYS` entry replayed, in the shape of
+    :func:`beyond_zero_shot.three_way_summary` (``three_way``: the fallback; ``two_way``: the zero-shot safe
+    combination), with the check against a real run where one exists (``checked_against_run``: per seed, the
+    largest per-query difference; 0: the same values). ``None`` when a file is missing."""
     trained, zero = load(file), load(zero_file)
     if trained is None or zero is None:
         return None
