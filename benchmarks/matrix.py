@@ -179,8 +179,8 @@ def _three_way(model: str, keys: list[str]) -> dict[str, Source]:
 
 def _fine_tuned_bi_encoder(rule: str) -> dict[str, Source]:
     """The fine-tuned bi-encoder's cells (``beyond_zero_shot.py measure`` files) for ``rule``: ``""`` alone,
-    ``"+interp"`` or ``"+safe"``. Vaswani's run was labelled for the amp it asked for, which its AVX2 host ran
-    in float32."""
+    ``"+interp"`` or ``"+safe"``. Vaswani's runs are labelled for the amp they asked for: seed 1's AVX2 host
+    trained in float32, seeds 2-3's AVX512-BF16 host in bf16 (scoring is float32 in all)."""
     runs = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
             "dl20": ("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
             "dl21": ("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
@@ -296,7 +296,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, TUNED, _fine_tuned_bi_encoder("+interp")),
     (FINE_TUNED_BI_ENCODER, SAFE, _fine_tuned_bi_encoder("+safe")),
     (FINE_TUNED_BI_ENCODER, STACKED, {**_three_way("bi-encoder-in-batch", ["dl19", "dl20", "cranfield"]),
-                                       # labelled for the amp its run asked for (float32 on its AVX2 host)
+                                       # labelled for the amp asked for (bf16 training here)
                                        "vaswani": Source("vaswani/three-way-bi-encoder-bi-encoder-in-batch-bf16.json",
                                                          STACKED_ROW)}),
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)

@@ -52,8 +52,9 @@ COLLECTIONS = [
        "bi-encoder-in-batch")]),
     ("Vaswani", "AP", "vaswani/bi-encoder-zero-shot.json",
      [("KNRM (recipe defaults, 5-fold CV)", "vaswani/knrm.json", "knrm"),
-      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, 5-fold CV; amp requested, float32 on an "
-       "AVX2 host)", "vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16")]),
+      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch, 5-fold CV; amp requested: seed 1 trained in "
+       "float32 on an AVX2 host, seeds 2-3 in bf16 on an AVX512-BF16 host)", "vaswani/bi-encoder-in-batch-bf16.json",
+       "bi-encoder-in-batch-bf16")]),
     ("NFCorpus", "nDCG@10", "nfcorpus/bi-encoder-zero-shot.json",
      [("KNRM (recipe defaults, 5-fold CV)", "nfcorpus/knrm.json", "knrm")]),
     ("Microblog 2013", "AP", "microblog/2013-bi-encoder-zero-shot-safe.json",
