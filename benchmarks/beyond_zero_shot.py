@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from beyond_zero_shot_tables import (DOCS, render_safe_table, render_three_way_table,  # noqa: E402
-                                     render_versus_zero_shot_table, replace_block)
+                                     render_versus_zero_shot_table)
+import effectiveness  # noqa: E402
 from fallback_rule_replay import fallback_summary  # noqa: E402
 from paired_vs_zero_shot import paired_per_seed  # noqa: E402
 from safe_combination_measure import SIGNIFICANCE, measure, write_json  # noqa: E402
@@ -48,13 +49,6 @@ from zero_shot_files import COLLECTIONS, FALLBACK_REPLAYS, SAFE_FILES, SUMMARY, 
 
 def table_rows() -> list[dict]:
     """Every combined row of the effectiveness table, with its safe re-measurement when one exists."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("effectiveness_for_summary",
-                                                  Path(__file__).resolve().parent / "effectiveness.py")
-    effectiveness = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = effectiveness
-    spec.loader.exec_module(effectiveness)
     rows = []
     for collection in effectiveness.COLLECTIONS:
         for model in (collection.word, collection.transformer):
@@ -350,10 +344,12 @@ def main(argv=None) -> int:
         from pipeline.core.atomic import atomic_write
 
         for doc in DOCS:
-            text = replace_block(doc.read_text(encoding="utf-8"), "safe-combination", render_safe_table(summary))
+            blocks = {"safe-combination": render_safe_table}
             if doc.name == "BENCHMARKS.md":
-                text = replace_block(text, "three-way", render_three_way_table(summary))
-                text = replace_block(text, "versus-zero-shot", render_versus_zero_shot_table(summary))
+                blocks.update({"three-way": render_three_way_table, "versus-zero-shot": render_versus_zero_shot_table})
+            text = doc.read_text(encoding="utf-8")
+            for name, render in blocks.items():
+                text = effectiveness.replace_block(text, name, render(summary), str(doc))
             with atomic_write(doc) as handle:
                 handle.write(text)
     print(f"wrote {args.output}")

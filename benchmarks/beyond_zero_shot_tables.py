@@ -101,12 +101,3 @@ def render_versus_zero_shot_table(summary: dict) -> str:
         lines.append(f"| {entry['collection']} | {entry['metric']} | {fmt(entry['first_stage'])} | "
                      f"{fmt(zero.get('mean'))} | {two_cells} | {three_cells} |")
     return "\n".join(lines) + "\n"
-
-
-def replace_block(text: str, name: str, block: str) -> str:
-    """``text`` with the lines between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` replaced by ``block``."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"the document lacks the markers {begin} / {end}")
-    head, rest = text.split(begin, 1)
-    return head + begin + "\n" + block + end + rest.split(end, 1)[1]

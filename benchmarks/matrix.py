@@ -177,16 +177,26 @@ def _three_way(model: str, keys: list[str]) -> dict[str, Source]:
     return sources
 
 
+#: the fine-tuned bi-encoder's ``beyond_zero_shot.py measure`` file and row label per column. Vaswani's runs are
+#: labelled for the amp they asked for: seed 1's AVX2 host trained in float32, seeds 2-3's AVX512-BF16 host in bf16
+#: (scoring is float32 in all)
+FINE_TUNED_RUNS = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
+                   "dl20": ("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
+                   "dl21": ("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
+                   "vaswani": ("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16"),
+                   "cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}
+
+
 def _fine_tuned_bi_encoder(rule: str) -> dict[str, Source]:
-    """The fine-tuned bi-encoder's cells (``beyond_zero_shot.py measure`` files) for ``rule``: ``""`` alone,
-    ``"+interp"`` or ``"+safe"``. Vaswani's runs are labelled for the amp they asked for: seed 1's AVX2 host
-    trained in float32, seeds 2-3's AVX512-BF16 host in bf16 (scoring is float32 in all)."""
-    runs = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
-            "dl20": ("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
-            "dl21": ("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch"),
-            "vaswani": ("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16"),
-            "cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}
-    return {key: Source(file, label + rule) for key, (file, label) in runs.items()}
+    """The fine-tuned bi-encoder's cells (:data:`FINE_TUNED_RUNS`) for ``rule``: ``""`` alone, ``"+interp"`` or
+    ``"+safe"``."""
+    return {key: Source(file, label + rule) for key, (file, label) in FINE_TUNED_RUNS.items()}
+
+
+def _fine_tuned_stacked(keys: list[str]) -> dict[str, Source]:
+    """The fine-tuned bi-encoder stacked on the zero-shot combination: each column's three-way file, named after
+    that column's row label (:data:`FINE_TUNED_RUNS`)."""
+    return {key: _three_way(FINE_TUNED_RUNS[key][1], [key])[key] for key in keys}
 
 
 def _word_level(name: str, mb2013: str, mb2014: str, wikiqa: str) -> dict[str, Source]:
@@ -295,10 +305,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, ALONE, _fine_tuned_bi_encoder("")),
     (FINE_TUNED_BI_ENCODER, TUNED, _fine_tuned_bi_encoder("+interp")),
     (FINE_TUNED_BI_ENCODER, SAFE, _fine_tuned_bi_encoder("+safe")),
-    (FINE_TUNED_BI_ENCODER, STACKED, {**_three_way("bi-encoder-in-batch", ["dl19", "dl20", "cranfield"]),
-                                       # labelled for the amp asked for (bf16 training here)
-                                       "vaswani": Source("vaswani/three-way-bi-encoder-bi-encoder-in-batch-bf16.json",
-                                                         STACKED_ROW)}),
+    (FINE_TUNED_BI_ENCODER, STACKED, _fine_tuned_stacked(["dl19", "dl20", "vaswani", "cranfield"])),
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
                                        for key, source in _fine_tuned_bi_encoder("").items()}),
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,

@@ -247,8 +247,8 @@ def safe_result(data: dict, row: str) -> dict | None:
     """The safe rule's row ``row`` (``NAME+safe``) of a re-measurement, with its per-query values per seed
     (``per_query``). Where the file records every grid weight's test values (``test_values``), it is the replay
     of the rule ``--interpolate auto`` applies now (:func:`pipeline.engine.fusion.decide_weight`, through
-    ``benchmarks/py``), after checking that the replay reproduces the file's recorded old and
-    safe rows; otherwise the row as recorded."""
+    :func:`replay`), after checking that the replay reproduces the file's recorded old and safe rows; otherwise
+    the row as recorded."""
     saved = data.get("results", {}).get(row)
     if saved is None or not recorded(data) or labels(data)[2] != row:
         if saved is not None:
@@ -275,7 +275,6 @@ def summarise(files: list[str], results: Path = RESULTS) -> dict:
     """The replay of every rule on every file (relative to ``results``) that has the recording, and why the
     others need none / lack it."""
     rows, others = [], []
-    totals = {rule: {"above": 0, "below": 0, "seeds": 0} for rule in RULES}
     by_group = {group: {rule: {"above": 0, "below": 0, "seeds": 0, "rows": 0} for rule in RULES}
                 for group in ("chosen_on", "measured_after")}
     for file in files:
@@ -311,12 +310,13 @@ def summarise(files: list[str], results: Path = RESULTS) -> dict:
                                     "weights": row["weights"],
                                     "above": seed_marks.count("above"), "below": seed_marks.count("below")}
             group = by_group["chosen_on" if file in CHOSEN_ON else "measured_after"][rule]
-            for counted in (totals[rule], group):
-                counted["above"] += seed_marks.count("above")
-                counted["below"] += seed_marks.count("below")
-                counted["seeds"] += len(seed_marks)
+            group["above"] += seed_marks.count("above")
+            group["below"] += seed_marks.count("below")
+            group["seeds"] += len(seed_marks)
             group["rows"] += 1
         rows.append(entry)
+    totals = {rule: {key: sum(group[rule][key] for group in by_group.values()) for key in ("above", "below", "seeds")}
+              for rule in RULES}
     return {"rules": {rule: description for rule, (description, _) in RULES.items()},
             "significance": f"paired t-test vs the first stage, Holm over the rows alone / combined, p < {SIGNIFICANCE}",
             "totals_over_replayed_rows": totals,

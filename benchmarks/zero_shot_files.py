@@ -44,6 +44,30 @@ SAFE_FILES = {
 }
 
 
+#: a trained model's row of a DL year -> (its label, its result file for the year); the years differ only in the file
+DL_MODELS = {
+    "drmm": ("DRMM", "dl/{year}-knrm-drmm.json"),
+    "knrm": ("KNRM", "dl/{year}-knrm-drmm.json"),
+    "cross-encoder": ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/{year}-cross-encoder.json"),
+    "addax": ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/{year}-addax.json"),
+    "hcan": ("HCAN (2 epochs x 3,200 pairs)", "dl/{year}-hcan.json"),
+    "bi-encoder-in-batch": ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)",
+                            "dl/{year}-bi-encoder-in-batch.json"),
+}
+#: the models trained on the other two years and measured on DL19 and DL20
+DL_TRAINED = ("drmm", "knrm", "cross-encoder", "addax", "hcan", "bi-encoder-in-batch")
+
+
+def _dl_rows(year: int, rows) -> list[tuple[str, str, str]]:
+    """:data:`COLLECTIONS`' trained rows ``(label, file, row)`` of a DL ``year``, in the order of ``rows``."""
+    return [(DL_MODELS[row][0], DL_MODELS[row][1].format(year=year), row) for row in rows]
+
+
+def _dl_three_way(year: int, models) -> list[str]:
+    """:data:`THREE_WAY`'s files of a DL ``year`` (``three_way_combination.py --output``'s names), in order."""
+    return [f"dl/{year}-three-way-bi-encoder-{model}.json" for model in models]
+
+
 #: per shipped collection: the first-stage / zero-shot file and the trained rows to compare with it
 COLLECTIONS = [
     ("Cranfield", "AP", "cranfield/bi-encoder-zero-shot.json",
@@ -69,25 +93,11 @@ COLLECTIONS = [
      [("Bi-Match-SRNN", "wikiqa/match-srnn.json", "bi-match-srnn")]),
     ("TrecQA raw-test", "AP", "trecqa/bi-encoder-zero-shot.json", [("HCAN", "trecqa/hcan.json", "hcan-HCAN")]),
     ("DL19", "nDCG@10", "dl/2019-bi-encoder-zero-shot.json",
-     [("DRMM", "dl/2019-knrm-drmm.json", "drmm"), ("KNRM", "dl/2019-knrm-drmm.json", "knrm"),
-      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-cross-encoder.json", "cross-encoder"),
-      ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2019-addax.json", "addax"),
-      ("HCAN (2 epochs x 3,200 pairs)", "dl/2019-hcan.json", "hcan"),
-      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2019-bi-encoder-in-batch.json",
-       "bi-encoder-in-batch"),
-      ("cross-encoder distilled from the zero-shot bi-encoder (distill_weight 0.5, 2 epochs x 640 groups of 5)",
-       "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled")]),
-    ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json",
-     [("DRMM", "dl/2020-knrm-drmm.json", "drmm"), ("KNRM", "dl/2020-knrm-drmm.json", "knrm"),
-      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-cross-encoder.json", "cross-encoder"),
-      ("ADDAX (MiniLM, 2 epochs x 3,200 pairs)", "dl/2020-addax.json", "addax"),
-      ("HCAN (2 epochs x 3,200 pairs)", "dl/2020-hcan.json", "hcan"),
-      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2020-bi-encoder-in-batch.json",
-       "bi-encoder-in-batch")]),
-    ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json",
-     [("DRMM", "dl/2021-knrm-drmm.json", "drmm"), ("KNRM", "dl/2021-knrm-drmm.json", "knrm"),
-      ("bi-encoder fine-tuned (in-batch + 3 BM25 negatives, 1 epoch)", "dl/2021-bi-encoder-in-batch.json",
-       "bi-encoder-in-batch")]),
+     _dl_rows(2019, DL_TRAINED) + [
+         ("cross-encoder distilled from the zero-shot bi-encoder (distill_weight 0.5, 2 epochs x 640 groups of 5)",
+          "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled")]),
+    ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json", _dl_rows(2020, DL_TRAINED)),
+    ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json", _dl_rows(2021, ("drmm", "knrm", "bi-encoder-in-batch"))),
 ]
 
 #: per collection: the three-way combinations measured (first stage + zero-shot bi-encoder + a trained seed model,
@@ -103,14 +113,9 @@ THREE_WAY = {
                  "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
     "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json", "microblog/2013-three-way-bi-encoder-hcan.json"],
     "Microblog 2014": ["microblog/2014-three-way-bi-encoder-cross-encoder.json", "microblog/2014-three-way-bi-encoder-hcan.json"],
-    "DL19": ["dl/2019-three-way-bi-encoder-drmm.json", "dl/2019-three-way-bi-encoder-knrm.json",
-             "dl/2019-three-way-bi-encoder-hcan.json", "dl/2019-three-way-bi-encoder-cross-encoder-distilled.json",
-             "dl/2019-three-way-bi-encoder-bi-encoder-in-batch.json"],
-    "DL20": ["dl/2020-three-way-bi-encoder-drmm.json", "dl/2020-three-way-bi-encoder-knrm.json",
-             "dl/2020-three-way-bi-encoder-hcan.json", "dl/2020-three-way-bi-encoder-cross-encoder-distilled.json",
-             "dl/2020-three-way-bi-encoder-bi-encoder-in-batch.json"],
-    "DL21": ["dl/2021-three-way-bi-encoder-drmm.json", "dl/2021-three-way-bi-encoder-knrm.json",
-             "dl/2021-three-way-bi-encoder-hcan.json"],
+    "DL19": _dl_three_way(2019, ("drmm", "knrm", "hcan", "cross-encoder-distilled", "bi-encoder-in-batch")),
+    "DL20": _dl_three_way(2020, ("drmm", "knrm", "hcan", "cross-encoder-distilled", "bi-encoder-in-batch")),
+    "DL21": _dl_three_way(2021, ("drmm", "knrm", "hcan")),
 }
 
 
