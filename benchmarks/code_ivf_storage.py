@@ -50,17 +50,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from common import load_average, machine_line, publish  # noqa: E402
-from code_real_scaling import (  # noqa: E402
-    K, SHARD_SIZE, Probe, _now, _status_kib, _write_json, load_union, shard_prefix, write_index_dir,
-)
+from code_real_scaling_common import K, SHARD_SIZE, command_line, load_union, now, write_json  # noqa: E402
+from code_real_scaling_measure import Probe, shard_prefix, status_kib, write_index_dir  # noqa: E402
 
 LAYOUTS = ("format-3", "format-2")
-
-
-def _command() -> str:
-    import shlex
-
-    return "python " + shlex.join(["benchmarks/code_ivf_storage.py", *sys.argv[1:]])
 
 
 def size_folder(work: Path, vectors: int) -> Path:
@@ -108,7 +101,7 @@ def build(work: Path, vectors: int, lists: int, seed: int, build_file: str) -> d
         layouts[layout] = {"files": files, "ivf_bytes_per_vector": sum(ivf_files.values()) / count,
                            "bytes_per_vector": sum(files.values()) / count,
                            "per_file_per_vector": {n: b / count for n, b in files.items()}}
-    return {"date": _now(), "load_before": load_before, "load_after": load_average(), "vectors": count,
+    return {"date": now(), "load_before": load_before, "load_after": load_average(), "vectors": count,
             "documents": meta["documents"], "shards": len(part), "ivf_lists": meta["ivf_lists"], "builds": times,
             "list_dtype": str(np.load(folder / "format-3" / ivf.ASSIGN_FILE, mmap_mode="r").dtype),
             "layouts": layouts}
@@ -129,15 +122,15 @@ def rss_child(index: Path, work: Path, count: int, nprobe: int) -> dict:
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
     _, queries = _queries(work, count)
-    before = _status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM")
+    before = status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM")
     retriever = CodeRetriever(index, threads=1, nprobe=nprobe)
-    opened = _status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM")
+    opened = status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM")
     started = time.perf_counter()
     for query in queries:
         retriever.search([query], K)
     seconds = time.perf_counter() - started
     return {"before_index_kib": before, "after_open_kib": opened,
-            "after_queries_kib": _status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM"), "queries": len(queries),
+            "after_queries_kib": status_kib("VmRSS", "RssAnon", "RssFile", "VmHWM"), "queries": len(queries),
             "ms_per_query": 1000 * seconds / max(1, len(queries)), "nprobe": nprobe}
 
 
@@ -145,7 +138,7 @@ def rss(work: Path, vectors: int, count: int, nprobe: int) -> dict:
     """:func:`rss_child` for each layout, each in a new process (a peak resident set is per process)."""
     folder = size_folder(work, vectors)
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    result = {"date": _now(), "load_before": load_average()}
+    result = {"date": now(), "load_before": load_average()}
     for layout in LAYOUTS:
         done = subprocess.run([sys.executable, __file__, "rss-child", "--work", str(work), "--index",
                                str(folder / layout), "--queries", str(count), "--nprobe", str(nprobe)],
@@ -211,7 +204,7 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
                         "cpu_ms_per_query": float(np.mean(cpu[layout])), "cpu_ms_median": float(np.median(cpu[layout])),
                         "lookup_cpu_ms": float(np.mean(lookup_cpu[layout])),
                         "nDCG@10": scores[layout]["nDCG@10"], "R@100": scores[layout]["R@100"]} for layout in LAYOUTS}
-    return {"date": _now(), "load_before": None, "queries": len(queries), "nprobe": nprobe,
+    return {"date": now(), "load_before": None, "queries": len(queries), "nprobe": nprobe,
             "identical_queries": identical, "lookup_rows_mean": float(np.mean(rows_read)),
             "lookup_rows": "the stored vectors of 256 documents drawn at random per query (seeded)",
             "ms_ratio_format3_over_format2": float(np.mean(ms["format-3"]) / np.mean(ms["format-2"])),
@@ -241,7 +234,7 @@ def lookup(work: Path, vectors: int, calls: int) -> dict:
             started = time.thread_time()
             stored[rows]
             cpu[name].append(1000 * (time.thread_time() - started))
-    return {"date": _now(), "calls": calls, "rows_mean": float(np.mean(rows_read)),
+    return {"date": now(), "calls": calls, "rows_mean": float(np.mean(rows_read)),
             "cpu_ms": {name: float(np.mean(x)) for name, x in cpu.items()},
             "cpu_ms_median": {name: float(np.median(x)) for name, x in cpu.items()}}
 
@@ -343,7 +336,7 @@ def render(work: Path, command: str) -> tuple[str, dict]:
                      f"{b['merge_s']:.1f} | {b['format_2_copy_s']:.1f} |")
     commands = [r[s]["command"] for r in results for s in ("build", "rss", "time", "lookup") if s in r]
     lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in commands) + "."]
-    return "\n".join(lines), {"command": command, "date": _now(), "sizes": results}
+    return "\n".join(lines), {"command": command, "date": now(), "sizes": results}
 
 
 def main(argv=None) -> None:
@@ -365,10 +358,10 @@ def main(argv=None) -> None:
         print(json.dumps(rss_child(args.index, work, args.queries, args.nprobe)))
         return
     if args.step == "report":
-        text, data = render(work, _command())
+        text, data = render(work, command_line("benchmarks/code_ivf_storage.py"))
         publish(text, args.output)
         if args.output:
-            _write_json(Path(args.output).with_suffix(".json"), data)
+            write_json(Path(args.output).with_suffix(".json"), data)
         return
     folder = size_folder(work, args.vectors)
     folder.mkdir(parents=True, exist_ok=True)
@@ -383,7 +376,7 @@ def main(argv=None) -> None:
         load_before = load_average()
         result = {**timing(work, args.vectors, args.queries, args.nprobe), "load_before": load_before,
                   "load_after": load_average()}
-    _write_json(folder / f"{args.step}.json", {**result, "command": _command()})
+    write_json(folder / f"{args.step}.json", {**result, "command": command_line("benchmarks/code_ivf_storage.py")})
     print(json.dumps(result, indent=1)[:3000])
 
 
