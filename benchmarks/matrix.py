@@ -249,7 +249,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     ("HCAN", TUNED, {"mb2014": Source("microblog/2014-hcan-headline.json", "hcan+interp"),
                      **_models("dl/{year}-hcan.json", "hcan+interp", ["dl19", "dl20"])}),
     ("HCAN", SAFE, {"mb2014": Source("microblog/2014-hcan-headline-safe.json", "hcan+safe")}),
-    ("HCAN", STACKED, _three_way("hcan", ["mb2013", "mb2014", "dl19", "dl20", "dl21", "vaswani", "cranfield"])),
+    ("HCAN", STACKED, _three_way("hcan", ["mb2013", "mb2014", "dl19", "dl20", "dl21", "nfcorpus", "vaswani", "cranfield"])),
     ("HCAN, bf16", ALONE, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan")}),
     ("HCAN, bf16", TUNED, {"mb2014": Source("microblog/2014-hcan-headline-bf16.json", "hcan+interp")}),
     ("HCAN, hinge loss, up to 20 epochs", ALONE,

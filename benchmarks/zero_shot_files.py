@@ -110,7 +110,7 @@ THREE_WAY = {
                 "vaswani/three-way-bi-encoder-hcan.json",
                 "vaswani/three-way-bi-encoder-bi-encoder-in-batch-bf16.json"],
     "NFCorpus": ["nfcorpus/three-way-bi-encoder-knrm.json", "nfcorpus/three-way-bi-encoder-drmm.json",
-                 "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
+                 "nfcorpus/three-way-bi-encoder-hcan.json", "nfcorpus/three-way-bi-encoder-cross-encoder-bf16.json"],
     "Microblog 2013": ["microblog/2013-three-way-bi-encoder-cross-encoder.json", "microblog/2013-three-way-bi-encoder-hcan.json"],
     "Microblog 2014": ["microblog/2014-three-way-bi-encoder-cross-encoder.json", "microblog/2014-three-way-bi-encoder-hcan.json"],
     "DL19": _dl_three_way(2019, ("drmm", "knrm", "hcan", "cross-encoder-distilled", "bi-encoder-in-batch")),
