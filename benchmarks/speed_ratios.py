@@ -18,6 +18,9 @@ Groups:
   result files). Needs MatchZoo-py 1.1.1's source (``--matchzoo``; see that script).
 * ``demo``: ``demo_wall_s_before``, ``demo_wall_s_after``: ``make demo``'s command from an empty
   ``PIPELINE_HOME``, in a worktree of ``--demo-before`` and then in this checkout, back to back (idle machine).
+* ``ce``: ``ce_bf16_vs_st_bf16``, ``ce_bf16_vs_st_fp32``, ``ce_bf16_gflops``, ``bf16_peak_gflops``: the
+  cross-encoder's bf16 scoring of DL19 BM25 pairs against sentence-transformers' ``CrossEncoder`` (float32 and
+  bf16 autocast) and the one-thread bf16 matmul peak (``benchmarks/cross_encoder_bf16_speed.py``).
 * ``bm25s``: ``bm25s_qps_ratio``: the smallest bm25s / Lucene queries-per-second ratio over the collections
   of ``benchmarks/bm25s_first_stage.py`` (cranfield, vaswani, nfcorpus, microblog-2014, dl19; its result files
   are rewritten too).
@@ -133,8 +136,21 @@ def demo_group(args) -> tuple[dict, dict]:
     return {"demo_wall_s_before": rows[0]["wall_s"], "demo_wall_s_after": rows[1]["wall_s"]}, {"demo": rows}
 
 
+def ce_group(args) -> tuple[dict, dict]:
+    """``ce_bf16_vs_st_bf16``, ``ce_bf16_vs_st_fp32``, ``ce_bf16_gflops``, ``bf16_peak_gflops``: the cross-encoder's
+    bf16 scoring against sentence-transformers' ``CrossEncoder`` and the measured matmul peak
+    (``benchmarks/cross_encoder_bf16_speed.py``, whose report it also writes)."""
+    import cross_encoder_bf16_speed as bench
+
+    result = bench.measure(args.ce_pairs)
+    command = f"python benchmarks/speed_ratios.py {' '.join(sys.argv[1:])} (group ce)"
+    bench.publish(bench.report(result, command), RESULTS / "speed" / "cross-encoder-bf16.md", result)
+    keys = ("ce_bf16_vs_st_bf16", "ce_bf16_vs_st_fp32", "ce_bf16_gflops", "bf16_peak_gflops")
+    return {key: round(result[key], 2) for key in keys}, {"ce": result}
+
+
 #: key group -> function(args) -> ({key: value}, {detail name: rows})
-GROUPS = {"srnn": srnn_group, "bm25s": bm25s_group, "demo": demo_group}
+GROUPS = {"srnn": srnn_group, "bm25s": bm25s_group, "demo": demo_group, "ce": ce_group}
 
 
 def machine() -> str:
@@ -149,6 +165,7 @@ def main() -> None:
                         help="MatchZoo-py 1.1.1 sdist for the srnn group ($MATCHZOO_SDIST)")
     parser.add_argument("--bm25s-datasets", nargs="+",
                         default=["cranfield", "vaswani", "nfcorpus", "microblog-2014", "dl19"])
+    parser.add_argument("--ce-pairs", type=int, default=600, help="ce group: DL19 BM25 pairs (default 600)")
     parser.add_argument("--demo-before", default="47b812d",
                         help="demo group: the commit whose demo is 'before' (default: the code before issue 37 item 3)")
     parser.add_argument("--demo-data", default=os.environ.get("PIPELINE_DATA", str(Path(__file__).resolve().parents[2]
