@@ -1,4 +1,6 @@
 """benchmarks/cross_encoder_bf16_speed.py: the FLOPs it counts per pair are what torch counts for the encoder."""
+import os
+
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -6,6 +8,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from helpers import load_benchmark
 
 speed = load_benchmark("cross_encoder_bf16_speed")
+
+
+def test_importing_it_leaves_the_progress_bars_on(monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    load_benchmark("cross_encoder_bf16_speed")
+    assert "TQDM_DISABLE" not in os.environ  # a test process importing it keeps its bars (tests of them need it)
 
 
 def test_encoder_flops_match_torchs_count_of_the_packaged_encoder():
