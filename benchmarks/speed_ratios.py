@@ -141,10 +141,11 @@ def ce_group(args) -> tuple[dict, dict]:
     bf16 scoring against sentence-transformers' ``CrossEncoder`` and the measured matmul peak
     (``benchmarks/cross_encoder_bf16_speed.py``, whose report it also writes)."""
     import cross_encoder_bf16_speed as bench
+    from common import publish
 
     result = bench.measure(args.ce_pairs)
     command = f"python benchmarks/speed_ratios.py {' '.join(sys.argv[1:])} (group ce)"
-    bench.publish(bench.report(result, command), RESULTS / "speed" / "cross-encoder-bf16.md", result)
+    publish(bench.report(result, command), RESULTS / "speed" / "cross-encoder-bf16.md", result)
     keys = ("ce_bf16_vs_st_bf16", "ce_bf16_vs_st_fp32", "ce_bf16_gflops", "bf16_peak_gflops")
     return {key: round(result[key], 2) for key in keys}, {"ce": result}
 
