@@ -29,7 +29,6 @@ each against its two-way step, the zero-shot combination of the same folds (:dat
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -335,8 +334,10 @@ def main(argv=None) -> int:
     summary = commands.add_parser("build", help="rebuild benchmarks/results/combination/beyond-zero-shot.json")
     summary.add_argument("--output", default=str(SUMMARY))
     args = parser.parse_args(argv)
-    os.environ.setdefault("TQDM_DISABLE", "1")
     if args.command == "measure":
+        from pipeline.core.logs import configure_logging
+
+        configure_logging()  # hours of training and scoring: the project's progress and training lines on stderr
         write_json(Path(args.output), measure(args))
     else:
         summary = build()

@@ -212,7 +212,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.train_only and not args.output:
         parser.error("--output is required (unless --train-only)")
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    from pipeline.core.logs import configure_logging
+
+    # hours of training and scoring: the project's progress (a bar on a terminal, a periodic line in a log
+    # file) and its training lines on stderr; the results on stdout
+    configure_logging()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     measure(args)
     if args.output and not args.train_only:
