@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -58,7 +57,9 @@ def reproduce_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = reproduce_parser().parse_args()
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    from pipeline.core.logs import configure_logging
+
+    configure_logging()  # hours of runs: the project's progress and training lines on stderr, results on stdout
 
     variants = []
     for spec in args.variant or [":"]:
