@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 #: (prefix, dataset name) of every shipped passage collection
 COLLECTIONS = (("mb", "microblog"), ("dl", "dl"), ("nf", "nfcorpus"), ("va", "vaswani-npl"), ("cr", "cranfield"))

@@ -31,22 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_average, machine_line, publish  # noqa: E402
 
 
-def dl19_work(pairs: int) -> tuple[list, int]:
-    """``[(query, [doc, ...]), ...]``: the first ``pairs`` BM25 pairs of DL19, queries by id; and their count."""
-    from pipeline.core.datasets import load_dataset
-
-    dataset = load_dataset("dl19")
-    store = dataset.doc_store()
-    work, total = [], 0
-    for query_id in sorted(dataset.first_stage):
-        hits = sorted(dataset.first_stage[query_id], key=lambda h: (-h.score, h.doc_id))[: pairs - total]
-        work.append((dataset.queries[query_id], [store[h.doc_id] for h in hits]))
-        total += len(hits)
-        if total >= pairs:
-            break
-    return work, total
-
-
 def matmul_peak(dtype, rows: int, inner: int, outer: int, repeats: int = 5) -> float:
     """GFLOP/s of the best of ``repeats`` timed ``[rows, inner] x [inner, outer]`` products in ``dtype``."""
     import torch
@@ -80,18 +64,16 @@ def measure(pairs: int = 600) -> dict:
     from infra.encoders import resolve_encoder
     from pipeline.core.runtime import native_bf16
     from rerankers import reranker_class
-    from scoring_speed import alternate, blocks, set_threads
+    from scoring_speed import alternate, blocks, dl19_pairs, set_threads
 
     set_threads(1)
-    work, total = dl19_work(pairs)
+    work, total = dl19_pairs(pairs)
     project = reranker_class("cross-encoder").from_options({}, seed=1)
     project.prepare()
     project.score_in_bf16()
-    inputs = project.encoder_config
-    length = inputs.max_query_length + inputs.max_doc_length + 3  # [CLS] query [SEP] doc [SEP]
     with warnings.catch_warnings():  # "newly initialized" head: expected, speed does not depend on it
         warnings.simplefilter("ignore")
-        anchor = CrossEncoder(resolve_encoder(), num_labels=1, max_length=length, device="cpu")
+        anchor = CrossEncoder(resolve_encoder(), num_labels=1, max_length=project.max_input_length(), device="cpu")
     texts = {id(query): [(query.text, doc.text) for doc in docs] for query, docs in work}
 
     def anchor_fp32(part):
@@ -107,15 +89,8 @@ def measure(pairs: int = 600) -> dict:
     load_before = load_average()
     seconds, _ = alternate(sides, blocks(work, max(1, len(work) // 4)))
     load_after = load_average()
-    tokenizer = project.tokenizer
-    lengths = []
-    for query, docs in work:
-        q = len(tokenizer(query.text, add_special_tokens=False, truncation=True,
-                          max_length=inputs.max_query_length)["input_ids"])
-        for doc in docs:
-            d = len(tokenizer(doc.text, add_special_tokens=False, truncation=True,
-                              max_length=inputs.max_doc_length)["input_ids"])
-            lengths.append(q + d + 3)
+    special = project.special.extra(pair=True)  # [CLS] query [SEP] doc [SEP]
+    lengths = [project.pair_length(query, doc) + special for query, docs in work for doc in docs]
     config = project.module.encoder.config
     flops = encoder_flops(lengths, config.num_hidden_layers, config.hidden_size, config.intermediate_size)
     peak_bf16 = matmul_peak(torch.bfloat16, 4096, config.hidden_size, config.intermediate_size)

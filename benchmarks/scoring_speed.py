@@ -218,9 +218,9 @@ def hcan_rows(threads: int, queries: int) -> tuple[list[dict], dict]:
 # -------------------------------------------------------------------------------------------- int8
 
 
-def int8_row(pairs: int) -> dict:
-    """fp32 against int8 cross-encoder scoring of ``pairs`` DL19 BM25 pairs, one thread."""
-    set_threads(1)
+def dl19_pairs(pairs: int) -> tuple[list, int]:
+    """The first ``pairs`` BM25 pairs of TREC DL 2019 (queries by id, each one's hits by score) as
+    ``([(query, [doc, ...]), ...], number of pairs)``."""
     dataset = load_dataset("dl19")
     store = dataset.doc_store()
     work, total = [], 0
@@ -230,6 +230,13 @@ def int8_row(pairs: int) -> dict:
         total += len(hits)
         if total >= pairs:
             break
+    return work, total
+
+
+def int8_row(pairs: int) -> dict:
+    """fp32 against int8 cross-encoder scoring of ``pairs`` DL19 BM25 pairs, one thread."""
+    set_threads(1)
+    work, total = dl19_pairs(pairs)
     reranker = reranker_class("cross-encoder").from_options({}, seed=1)
     reranker.prepare()
     quantized = reranker_class("cross-encoder").from_options({}, seed=1)

@@ -68,6 +68,12 @@ def _dl_three_way(year: int, models) -> list[str]:
     return [f"dl/{year}-three-way-bi-encoder-{model}.json" for model in models]
 
 
+def _microblog_cross_encoder(year: int) -> tuple[str, str, str]:
+    """:data:`COLLECTIONS`' cross-encoder row ``(label, file, row)`` of a Microblog ``year`` (QL top 1000)."""
+    return ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)",
+            f"microblog/{year}-transformers-depth1000-3seeds.json", "cross-encoder")
+
+
 #: per shipped collection: the first-stage / zero-shot file and the trained rows to compare with it
 COLLECTIONS = [
     ("Cranfield", "AP", "cranfield/bi-encoder-zero-shot.json",
@@ -83,12 +89,9 @@ COLLECTIONS = [
      [("KNRM (recipe defaults, 5-fold CV)", "nfcorpus/knrm.json", "knrm")]),
     ("Microblog 2013", "AP", "microblog/2013-bi-encoder-zero-shot-safe.json",
      [("HCAN (hinge, up to 20 epochs)", "microblog/2013-hcan-hinge-all.json", "hcan-HCAN"),
-      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2013-transformers-depth1000-3seeds.json",
-       "cross-encoder")]),
+      _microblog_cross_encoder(2013)]),
     ("Microblog 2014", "AP", "microblog/2014-bi-encoder-zero-shot-safe.json",
-     [("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"),
-      ("cross-encoder (MiniLM, 2 epochs x 3,200 pairs)", "microblog/2014-transformers-depth1000-3seeds.json",
-       "cross-encoder")]),
+     [("HCAN (the headline's recipe)", "microblog/2014-hcan-headline.json", "hcan"), _microblog_cross_encoder(2014)]),
     ("WikiQA (237 q)", "AP", "wikiqa/bi-encoder-zero-shot.json",
      [("Bi-Match-SRNN", "wikiqa/match-srnn.json", "bi-match-srnn")]),
     ("TrecQA raw-test", "AP", "trecqa/bi-encoder-zero-shot.json", [("HCAN", "trecqa/hcan.json", "hcan-HCAN")]),
