@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from code_real_scaling_build import estimate, simulate  # noqa: E402
-from code_real_scaling_common import UNION, command_line, now, write_json  # noqa: E402
+from code_real_scaling_common import UNION, command_line, measure_file, now, write_json  # noqa: E402
 from code_real_scaling_measure import measure  # noqa: E402
 from code_real_scaling_report import render  # noqa: E402
 from code_real_scaling_union import cut, grow, write_union  # noqa: E402
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
                                          "command": command_line()})
     elif args.step == "measure":
         result = measure(work, args.vectors, args.ivf_nlist, args.nprobe, args.max_queries, args.seed, args.simulate)
-        write_json(work / f"measure-{args.vectors or 'all'}.json", {**result, "command": command_line()})
+        write_json(measure_file(work, args.vectors), {**result, "command": command_line()})
         print(json.dumps(result["rows"], indent=1))
     else:
         text, data = render(work, command_line())

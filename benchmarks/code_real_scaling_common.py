@@ -15,11 +15,17 @@ COLLECTIONS = (("mb", "microblog"), ("dl", "dl"), ("nf", "nfcorpus"), ("va", "va
 #: the encoder of the other code benchmarks (code_latency.py, code_first_stage.py): 512-bit lsh codes over the
 #: float encoder trained 10 steps on NFCorpus's dev queries (train_dataset nfcorpus -> nfcorpus-dev)
 ENCODER_OPTIONS = dict(kind="codes", dim=512, hash_head="lsh", steps=10, train_dataset="nfcorpus")
-INDEX_FLAGS = ["--kind", "codes", "--dim", "512", "--hash-head", "lsh", "--steps", "10", "--train-dataset", "nfcorpus"]
+#: the same options as ``pipeline.index`` flags
+INDEX_FLAGS = [part for name, value in ENCODER_OPTIONS.items() for part in (f"--{name.replace('_', '-')}", str(value))]
 K = 100
 #: the union's BEIR folder inside ``--work`` (and the dataset name of its index)
 UNION = "union"
 SHARD_SIZE = 1024  # CodeOptions.shard_size's default: documents per shard
+
+
+def measure_file(work: Path, vectors: int) -> Path:
+    """The JSON the ``measure`` step writes for the size of ``vectors`` vectors (0: every shard)."""
+    return Path(work) / f"measure-{vectors or 'all'}.json"
 
 
 def now() -> str:

@@ -13,10 +13,17 @@ from helpers import load_benchmark
 
 load_benchmark("code_real_scaling")  # puts benchmarks/ on sys.path for the step modules
 import code_real_scaling_build as build  # noqa: E402
+from code_real_scaling_common import measure_file  # noqa: E402
 import code_real_scaling_measure as measure  # noqa: E402
 import code_real_scaling_report as report  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "codes"
+
+
+def vectors_of(command: str) -> int:
+    """The ``--vectors`` size a recorded step command asked for (0, every shard, when it gave none)."""
+    step = shlex.split(command)
+    return int(step[step.index("--vectors") + 1]) if "--vectors" in step else 0
 
 
 def recorded_work(folder: Path) -> tuple[dict, str]:
@@ -40,9 +47,7 @@ def recorded_work(folder: Path) -> tuple[dict, str]:
         step = shlex.split(build_facts["runner"])
         dump(step[step.index("--simulate") + 1], build_facts)
     for size in recorded["sizes"]:
-        step = shlex.split(size["command"])
-        vectors = int(step[step.index("--vectors") + 1]) if "--vectors" in step else 0
-        dump(f"measure-{vectors or 'all'}.json", size)
+        dump(measure_file(folder, vectors_of(size["command"])).name, size)
     return recorded, ran_in
 
 
@@ -118,9 +123,7 @@ def test_published_storage_report_is_what_its_recorded_steps_render_to(tmp_path)
     storage = load_benchmark("code_ivf_storage")
     recorded = json.loads((RESULTS / "ivf-storage.json").read_text())
     for size in recorded["sizes"]:
-        step = shlex.split(size["build"]["command"])
-        vectors = int(step[step.index("--vectors") + 1]) if "--vectors" in step else 0
-        folder = storage.size_folder(tmp_path, vectors)
+        folder = storage.size_folder(tmp_path, vectors_of(size["build"]["command"]))
         folder.mkdir(parents=True)
         for name, facts in size.items():
             (folder / f"{name}.json").write_text(json.dumps(facts))
