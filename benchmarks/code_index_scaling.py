@@ -89,13 +89,14 @@ def measure(size: int, clusters: int, queries: int, k_prime: int, nprobes: list[
         row["ivf_build_s"] = time.perf_counter() - started
         row["ivf_lists"] = lists
         row["ivf_bytes"] = (folder / "ivf.index").stat().st_size + sum((folder / name).stat().st_size
-                                                                       for name in ivf.FILES)
+                                                                       for name in ivf.layout(folder)[1])
         del codes
         for nprobe in nprobes:
-            index, _ = ivf.open_index(folder, "ivf.index", True, nprobe, mmap=True)
+            index, stored = ivf.open_index(folder, "ivf.index", True, nprobe, mmap=True)
             started = time.perf_counter()
             _, labels = index.search(probe, k_prime)
             row[f"ivf{nprobe}_ms_per_query"] = 1000 * (time.perf_counter() - started) / queries
+            labels = stored.rows_of(labels)  # faiss ids -> rows (format 4 packs list numbers beside the row)
             found = [len(np.intersect1d(a[a >= 0], b[b >= 0])) / k_prime for a, b in zip(labels, reference)]
             row[f"ivf{nprobe}_recall"] = float(np.mean(found))
             del index

@@ -115,8 +115,10 @@ def ivf_copy(retriever, path: Path, lists: int) -> Path:
     for name in (*VERIFIED_FILES[1:], ENCODER_FILE):
         shutil.copyfile(path / name, target / name)
     meta = index_metadata(path)
+    version, ivf_files = ivf.layout(target)
     meta.update(options={**meta["options"], "index_type": "ivf", "ivf_nlist": lists}, ivf_lists=made,
-                files=describe(target, VERIFIED_FILES + ivf.FILES), index_bytes=index_size_bytes(target),
+                format=version, files=describe(target, VERIFIED_FILES + ivf_files),
+                index_bytes=index_size_bytes(target),
                 note=f"IVF copy of {path.name}'s codes made by benchmarks/code_latency.py")
     (target / META_FILE).write_text(json.dumps(meta, indent=1))
     return target

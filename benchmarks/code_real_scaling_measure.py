@@ -90,10 +90,12 @@ def write_index_dir(folder: Path, full: Path, shards: list[Path], index_type: st
     except OSError:
         shutil.copyfile(full / ENCODER_FILE, folder / ENCODER_FILE)
     meta = index_metadata(full)
-    meta.update(format=INDEX_FORMAT,  # this code's layout, whatever the layout of the index at ``full``
+    # this code's layout, whatever the layout of the index at ``full``
+    version, ivf_files = ivf.layout(folder) if index_type == "ivf" else (INDEX_FORMAT, ())
+    meta.update(format=version,
                 options={**meta["options"], "index_type": index_type, "ivf_nlist": lists if index_type == "ivf" else 0},
                 documents=len(ids), vectors=int(lengths.sum()), index_bytes=index_size_bytes(folder),
-                files=describe(folder, VERIFIED_FILES + (ivf.FILES if index_type == "ivf" else ())),
+                files=describe(folder, VERIFIED_FILES + ivf_files),
                 note=f"{index_type} index of the first {len(shards)} shards of {full.name}, "
                      "made by benchmarks/code_real_scaling.py")
     meta.pop("ivf_lists", None)

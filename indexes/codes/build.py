@@ -218,14 +218,15 @@ def _build(dataset: Dataset, options: CodeOptions, root: Path, force: bool, sour
                 os.link(checkpoint, temp / ENCODER_FILE)
             except OSError:
                 shutil.copyfile(checkpoint, temp / ENCODER_FILE)
+        version, ivf_files = ivf_index.layout(temp) if ivf else (INDEX_FORMAT, ())
         meta = {
-            "format": INDEX_FORMAT, "kind": options.kind, "dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
+            "format": version, "kind": options.kind, "dataset": dataset.name, "source": dataset.source, "fingerprint": dataset.fingerprint,
             "encoder": options.encoder, "options": options.key_fields(), "train": {
                 "dataset": source.dataset.name, "description": source.description,
                 "fingerprint": source.dataset.fingerprint, "queries": len(source.query_ids),
                 "report": encoder_meta.get("training")},
             "documents": len(doc_ids), "vectors": vector_count, "index_bytes": index_size_bytes(temp),
-            "files": describe(temp, VERIFIED_FILES + (ivf_index.FILES if ivf else ())),
+            "files": describe(temp, VERIFIED_FILES + ivf_files),
             **({"ivf_lists": lists} if ivf else {}),
             "seconds": round(time.perf_counter() - started, 2),
             **({"hash_center": centring} if centring is not None else {}),

@@ -12,27 +12,39 @@ reads a document's vectors out of them. faiss lays a merged list out as its code
 vectors' row numbers), ``capacity`` entries each (capacity = size after a merge); :data:`LISTS_FILE` records
 each list's byte offset, size and capacity.
 
-Finding a row in the lists (format 3): the merge keeps every list's ids in increasing row order (rows are
-added in row order, the blocks are merged in row order, and a list found out of order is sorted), so a row's
-position in its list is a binary search of the row among the list's ids, memory-mapped, given the row's list
-number: :data:`ASSIGN_FILE`, uint16 while there are at most 65,536 lists (uint8 up to 256, uint32 beyond).
+Finding a row in the lists: the merge keeps every list's ids in increasing row order (rows are added in row
+order, the blocks are merged in row order, and a list found out of order is sorted), so a row's position in its
+list is a binary search of the row among the list's ids, memory-mapped, given the row's list number.
 :data:`BUCKETS_FILE` narrows the search: for every list and every run of ``2^shift`` rows (about
 :data:`BUCKET_ENTRIES` x lists rows), where in the list that run's rows begin (uint32), so a row is searched
 among about 33 ids of an average list (at most 8 halving steps on the real-code indexes of SCALING.md)
 instead of its whole list (11-13 steps there, about 17 at MS MARCO's list lengths): 4 bytes per ~33 vectors,
 0.12 byte per vector. The lookup is vectorised over all the rows asked for at once: one gather of ids per
-halving step; it costs 0.1-0.14 us of CPU more per vector than format 2's one gather of positions
-(``benchmarks/results/codes/ivf-storage.md``). Format 2 stored each row's position in list order instead
-(:data:`RANKS_FILE`, uint32, 4 bytes); such indexes are still read.
+halving step.
 
-Bytes per 512-bit code: 64 of code and 8 of faiss id (faiss stores an int64 id per entry; the lists alone
-cannot be smaller than 72), plus what the re-scoring needs to find a candidate document's rows in the lists:
-each row's list, ``log2(lists)`` bits at least (11 bits for 2,000 lists, 15 for 32,768), stored as 2 bytes,
-and the buckets' 0.12: 74.1 bytes (format 2: 76; format 1 stored the codes a second time in ``vectors.npy``:
-136). The lower bound of this design is therefore 72 + ``log2(lists)`` bits, 73.4-73.9 bytes: packing the
-list numbers into ``ceil(log2(lists))`` bits would save 0.1-0.6 byte more; reaching 72 would need faiss
-lists without per-entry ids. The index also stores per document its offset and its id (1.2 bytes per vector
-on the shipped collections, 29 vectors per document; measured 75.4 in all: SCALING.md). At search time the lists are
+Where a row's list number is kept:
+
+- Format 4 (what a build writes): in the faiss ids. faiss stores an int64 id beside every code; a row number
+  needs far fewer bits (33 for 8.6 billion vectors), so the id carries, beside the row (its high bits), the
+  list numbers of two other rows, ``b = ceil(log2(lists))`` bits each (:func:`list_bits`): every run of
+  :data:`TREE_ROWS` consecutive rows is a binary tree in heap order (row ``j`` of the run has the rows
+  ``2j + 1`` and ``2j + 2`` of the run below it), and a row's id is ``row << 2b | list(2j + 1) << b |
+  list(2j + 2)``. Only each run's first row's list is stored apart (:data:`ROOTS_FILE`, 2 bytes per 32 rows);
+  the lookup walks the trees of the rows asked for level by level from their roots (6 levels), every row of
+  a level at once, each level's rows found by the binary search above with the list numbers the level above
+  read out of its ids. The kNN step's labels are these ids: the row is ``label >> 2b``
+  (:attr:`ListVectors.label_shift`). Up to 2^(63 - 2b) vectors (8.6 billion at 32,768 lists); beyond, a
+  build writes format 3.
+- Format 3: each row's list number in :data:`ASSIGN_FILE`, uint16 while there are at most 65,536 lists
+  (uint8 up to 256, uint32 beyond); the faiss id is the row.
+- Format 2 stored each row's position in list order instead (:data:`RANKS_FILE`, uint32, 4 bytes).
+  Formats 2 and 3 are still read.
+
+Bytes per 512-bit code (format 4): 64 of code and 8 of faiss id (faiss stores an int64 id per entry: the
+lists alone cannot be smaller than 72), plus 0.06 of roots, 0.12 of buckets and the lists' table: 72.2
+(format 3: 74.2, its list numbers 2 bytes per vector; format 2: 76, its positions 4; format 1 stored the
+codes a second time in ``vectors.npy``: 136). The index also stores per document its offset and its id (1.2
+bytes per vector on the shipped collections, 29 vectors per document; SCALING.md). At search time the lists are
 memory-mapped (faiss's on-disk lists): only the probed lists and the candidates' vectors are read. ``nprobe``
 lists are visited per query token: recall against the flat index grows with it
 (``benchmarks/code_index_scaling.py``, SCALING.md).
@@ -64,6 +76,10 @@ DATA_FILE = "ivf.data"
 RANKS_FILE = "ivf_ranks.npy"
 #: format 3: each stored vector's inverted list (:func:`list_dtype`: uint16 up to 65,536 lists)
 ASSIGN_FILE = "ivf_assign.npy"
+#: format 4: the inverted list of every :data:`TREE_ROWS`-th row (each tree's root; :func:`list_dtype`)
+ROOTS_FILE = "ivf_roots.npy"
+#: format 4: consecutive rows per tree of list numbers carried in the faiss ids (a power of two: 6 levels)
+TREE_ROWS = 32
 #: format 3: ``[lists, buckets + 1]`` uint32: where in list ``l`` the rows from ``b * 2^shift`` on begin (the
 #: number of its ids below ``b * 2^shift``); ``shift``: :func:`bucket_shift` of the number of lists
 BUCKETS_FILE = "ivf_buckets.npy"
@@ -72,8 +88,10 @@ BUCKET_ENTRIES = 32
 #: each inverted list's byte offset in :data:`DATA_FILE`, its length and (format 3) its capacity: int64
 #: ``[lists, 3]`` (format 2: ``[lists, 2]``, capacity = length)
 LISTS_FILE = "ivf_lists.npy"
-#: the files of an IVF index besides the faiss index file (format 3)
-FILES = (DATA_FILE, ASSIGN_FILE, BUCKETS_FILE, LISTS_FILE)
+#: the files of an IVF index besides the faiss index file (format 4)
+FILES = (DATA_FILE, ROOTS_FILE, BUCKETS_FILE, LISTS_FILE)
+#: the files of a format-3 IVF index besides the faiss index file
+FORMAT_3_FILES = (DATA_FILE, ASSIGN_FILE, BUCKETS_FILE, LISTS_FILE)
 #: the files of a format-2 IVF index besides the faiss index file
 FORMAT_2_FILES = (DATA_FILE, RANKS_FILE, LISTS_FILE)
 #: the trained, empty index the blocks are copies of (beside the blocks while building)
@@ -100,6 +118,31 @@ def list_dtype(lists: int) -> np.dtype:
         if lists <= np.iinfo(dtype).max + 1:
             return np.dtype(dtype)
     return np.dtype(np.int64)
+
+
+def list_bits(lists: int) -> int:
+    """Bits that number ``lists`` inverted lists in a format-4 faiss id (at least 1)."""
+    return max(1, int(lists - 1).bit_length())
+
+
+def tree_ids_fit(total: int, lists: int) -> bool:
+    """Whether ``total`` row numbers and two list numbers of :func:`list_bits` fit a non-negative int64 id
+    (format 4); if not, a build writes format 3."""
+    return total <= 1 << (63 - 2 * list_bits(lists))
+
+
+def tree_ids(rows: np.ndarray, assign: np.ndarray, lists: int) -> np.ndarray:
+    """The format-4 faiss ids of ``rows`` (int64): ``row << 2b | list(left child) << b | list(right child)``,
+    the children in the row's tree of :data:`TREE_ROWS` rows (0 where a child is past the tree or the last
+    row); ``assign``: every row's list, ``b``: :func:`list_bits`."""
+    bits, total = list_bits(lists), len(assign)
+    node = rows & (TREE_ROWS - 1)
+    ids = rows.astype(np.int64) << (2 * bits)
+    for slot, shift in ((1, bits), (2, 0)):
+        child = rows - node + 2 * node + slot
+        inside = (2 * node + slot < TREE_ROWS) & (child < total)
+        ids[inside] |= assign[child[inside]].astype(np.int64) << shift
+    return ids
 
 
 def bucket_shift(lists: int) -> int:
@@ -221,8 +264,9 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
     """Merge the blocks' inverted lists on disk into ``folder / DATA_FILE`` (faiss ``OnDiskInvertedLists``,
     as ``faiss.contrib.ondisk.merge_ondisk``), in the order of ``block_files``, keep every list's ids in
     increasing order (a list the blocks left out of order is sorted in place), write the index to
-    ``folder / index_file``, each row's list (:data:`ASSIGN_FILE`) and the lists' places
-    (:data:`LISTS_FILE`); returns the number of vectors."""
+    ``folder / index_file``, the row lookup (format 4: the list numbers carried in the ids and the trees'
+    roots, :data:`ROOTS_FILE`; format 3 where the ids cannot carry them: :data:`ASSIGN_FILE`), the buckets and
+    the lists' places (:data:`LISTS_FILE`); returns the number of vectors (:func:`layout` says the format)."""
     import faiss
 
     index = _read(trained_file, binary)
@@ -239,8 +283,10 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
     for number in range(index.nlist):
         one = merged.lists.at(number)
         table[number] = one.offset, one.size, one.capacity
-    assign = np.lib.format.open_memmap(folder / ASSIGN_FILE, mode="w+", shape=(total,),
-                                       dtype=list_dtype(index.nlist))
+    in_ids = tree_ids_fit(total, index.nlist)
+    # format 4 needs every row's list only while the ids are written: a scratch file, removed below
+    assign_file = folder / (".assign.npy" if in_ids else ASSIGN_FILE)
+    assign = np.lib.format.open_memmap(assign_file, mode="w+", shape=(total,), dtype=list_dtype(index.nlist))
     shift = bucket_shift(index.nlist)
     bounds = np.arange(((total - 1) >> shift) + 2, dtype=np.int64) << shift  # the buckets' first rows, and the end
     buckets = np.lib.format.open_memmap(folder / BUCKETS_FILE, mode="w+", shape=(index.nlist, len(bounds)),
@@ -262,17 +308,49 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
             sorted_lists += 1
         assign[ids] = number
         buckets[number] = np.searchsorted(ids, bounds)
-    assign.flush()
     buckets.flush()
-    del assign, buckets
+    del buckets
     if sorted_lists:
         log.info("merge: %d of %d inverted lists were out of row order and were sorted", sorted_lists, index.nlist)
     index.ntotal = total
     index.replace_invlists(merged, True)
     merged.this.disown()
     _write(index, binary, folder / index_file)
+    code_size = int(index.code_size)
+    del index
+    if in_ids:
+        _write_tree_ids(folder / DATA_FILE, table, code_size, assign)
+        np.save(folder / ROOTS_FILE, np.asarray(assign[::TREE_ROWS]))
+        del assign
+        assign_file.unlink()
+    else:
+        assign.flush()
+        del assign
+        log.warning("merge: %d vectors are too many for list numbers in the faiss ids of %d lists: index "
+                    "format 3 (2 more bytes per vector)", total, len(table))
     np.save(folder / LISTS_FILE, table)
     return int(total)
+
+
+def _write_tree_ids(data_file: Path, table: np.ndarray, code_size: int, assign: np.ndarray) -> None:
+    """Replace every list's ids (row numbers, increasing) in ``data_file`` by their format-4 ids
+    (:func:`tree_ids`), list by list, in place."""
+    data = np.memmap(data_file, dtype=np.uint8, mode="r+")
+    for offset, size, capacity in table:
+        if size:
+            first = offset + capacity * code_size
+            stored = data[first: first + 8 * size].view(np.int64)
+            stored[:] = tree_ids(np.array(stored), assign, len(table))
+    data.flush()
+    del data
+
+
+def layout(folder: Path) -> tuple[int, tuple[str, ...]]:
+    """``(format, files besides the faiss index file)`` of the IVF index that :func:`merge` wrote in
+    ``folder``."""
+    if (Path(folder) / ROOTS_FILE).is_file():
+        return 4, FILES
+    return 3, FORMAT_3_FILES
 
 
 def shard_counts(shards: Sequence[Path]) -> list[int]:
@@ -302,12 +380,13 @@ def assemble(shards: Sequence[Path], counts: Sequence[int], options: CodeOptions
 
 
 class ListVectors:
-    """The stored vectors of a format-2 or format-3 IVF index, read by row number out of its memory-mapped
+    """The stored vectors of a format-2, 3 or 4 IVF index, read by row number out of its memory-mapped
     inverted lists (``vectors[rows]`` -> ``[len(rows), width]``, like the flat index's array).
 
-    Format 3 finds a row through its list number (:data:`ASSIGN_FILE`) and a binary search of the row among
-    that list's ids (increasing, see :func:`merge`), all rows at once; format 2 through its position in list
-    order (:data:`RANKS_FILE`). Both give the same vectors.
+    Format 4 finds a row's list by walking its tree of list numbers carried in the faiss ids from the tree's
+    root (:data:`ROOTS_FILE`), format 3 reads it (:data:`ASSIGN_FILE`); both then binary-search the row among
+    that list's ids (increasing, see :func:`merge`), all rows at once. Format 2 reads each row's position in
+    list order (:data:`RANKS_FILE`). All give the same vectors.
 
     Example:
         >>> vectors = ListVectors(index_dir, binary=True, dim=512)  # doctest: +SKIP
@@ -326,6 +405,7 @@ class ListVectors:
         table = np.load(folder / LISTS_FILE)
         self.list_offsets = table[:, 0]
         self.list_sizes = table[:, 1]
+        self.count = int(self.list_sizes.sum())
         capacities = table[:, 2] if table.shape[1] > 2 else table[:, 1]
         self.id_offsets = self.list_offsets + capacities * self.code_size
         if len(self.data) % 8 == 0 and not np.any(self.id_offsets % 8):
@@ -334,18 +414,29 @@ class ListVectors:
             self._ids, self._id_unit = np.asarray(self.data).view(np.int64), 8
         else:  # an id is 8 bytes at any byte offset: gathered as byte windows (slower)
             self._ids, self._id_unit = self._windows(8), 1
+        self.ranks = self.assign = self.roots = None
+        #: a faiss id (a kNN label) is the row shifted left by this many bits (format 4; 0 before)
+        self.label_shift = 0
         if (folder / RANKS_FILE).is_file():  # format 2
-            self.ranks, self.assign = np.load(folder / RANKS_FILE, mmap_mode="r"), None
+            self.ranks = np.load(folder / RANKS_FILE, mmap_mode="r")
             self.list_starts = np.concatenate([[0], np.cumsum(self.list_sizes)])
-        else:
-            self.ranks, self.assign = None, np.load(folder / ASSIGN_FILE, mmap_mode="r")
+        elif (folder / ROOTS_FILE).is_file():  # format 4
+            self.roots = np.asarray(np.load(folder / ROOTS_FILE, mmap_mode="r"))  # 2 bytes per 32 rows: read whole
+            self.bits = list_bits(len(table))
+            self.label_shift = 2 * self.bits
+            if len(self.roots) != (self.count + TREE_ROWS - 1) // TREE_ROWS:
+                raise PipelineError(f"{folder / ROOTS_FILE}: {len(self.roots)} tree roots do not fit {self.count} "
+                                    "vectors: a damaged index, rebuild it with python -m pipeline.index --force "
+                                    "(same options)")
+        else:  # format 3
+            self.assign = np.load(folder / ASSIGN_FILE, mmap_mode="r")
         self.buckets, self.shift = None, 0
-        if self.assign is not None and (folder / BUCKETS_FILE).is_file():
+        if self.ranks is None and (folder / BUCKETS_FILE).is_file():
             self.buckets = np.load(folder / BUCKETS_FILE, mmap_mode="r")
             self.shift = bucket_shift(len(table))
-            if self.buckets.shape != (len(table), ((max(1, len(self.assign)) - 1) >> self.shift) + 2):
+            if self.buckets.shape != (len(table), ((max(1, self.count) - 1) >> self.shift) + 2):
                 raise PipelineError(f"{folder / BUCKETS_FILE}: shape {self.buckets.shape} does not fit "
-                                    f"{len(self.assign)} vectors in {len(table)} lists: a damaged index, rebuild "
+                                    f"{self.count} vectors in {len(table)} lists: a damaged index, rebuild "
                                     "it with python -m pipeline.index --force (same options)")
             self._bucket_cells = np.asarray(self.buckets).reshape(-1)  # plain ndarray: no memmap subclass overhead
 
@@ -356,11 +447,17 @@ class ListVectors:
         return np.zeros((0, width), dtype=np.uint8)
 
     def __len__(self) -> int:
-        return len(self.ranks if self.assign is None else self.assign)
+        return self.count
 
     @property
     def shape(self) -> tuple[int, int]:
         return len(self), self.width
+
+    def rows_of(self, labels: np.ndarray) -> np.ndarray:
+        """The row numbers of faiss ``labels`` (the kNN step's), -1 (no neighbour) kept."""
+        if not self.label_shift:
+            return labels
+        return np.where(labels >= 0, labels >> self.label_shift, labels)
 
     def _ids_at(self, lists: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The faiss ids at ``positions`` of the inverted lists ``lists``."""
@@ -374,11 +471,49 @@ class ListVectors:
 
     def _positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(list, position in the list)`` of each of ``rows`` (flat int64)."""
-        if self.assign is None:
+        if self.ranks is not None:
             ranks = np.asarray(self.ranks[rows], dtype=np.int64)
             lists = np.searchsorted(self.list_starts, ranks, side="right") - 1
             return lists, ranks - self.list_starts[lists]
+        if self.roots is not None:
+            return self._tree_positions(rows)
         lists = np.asarray(self.assign[rows], dtype=np.int64)
+        return lists, self._search(rows, lists, ASSIGN_FILE)[0]
+
+    def _tree_positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_positions` of format 4: the trees of ``rows`` walked level by level from their roots, each
+        level's rows found in the lists the level above named, down to the deepest row asked for per tree."""
+        trees, which = np.unique(rows // TREE_ROWS, return_inverse=True)
+        nodes = rows - rows // TREE_ROWS * TREE_ROWS
+        deepest = np.zeros(len(trees), dtype=np.int64)
+        np.maximum.at(deepest, which, nodes)
+        # one spare column: the last inner node's right child (node TREE_ROWS) lies past the tree
+        lists = np.zeros((len(trees), TREE_ROWS + 1), dtype=np.int64)
+        positions = np.zeros((len(trees), TREE_ROWS + 1), dtype=np.int64)
+        lists[:, 0] = self.roots[trees]
+        low = (1 << self.bits) - 1
+        first = 0
+        while first < TREE_ROWS:  # level by level: nodes first .. 2 first (first = 2^level - 1)
+            width = first + 1
+            counts = np.clip(deepest - first + 1, 0, width)
+            total = int(counts.sum())
+            if not total:
+                break
+            tree = np.repeat(np.arange(len(trees)), counts)
+            node = first + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            found, ids = self._search(trees[tree] * TREE_ROWS + node, lists[tree, node], "its tree")
+            positions[tree, node] = found
+            inner = node < TREE_ROWS // 2  # the children's lists, read out of this level's ids
+            if inner.any():
+                tree, node, ids = tree[inner], node[inner], ids[inner]
+                lists[tree, 2 * node + 1] = (ids >> self.bits) & low
+                lists[tree, 2 * node + 2] = ids & low
+            first = 2 * first + 1
+        return lists[which, nodes], positions[which, nodes]
+
+    def _search(self, rows: np.ndarray, lists: np.ndarray, source: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(position, faiss id)`` of each of ``rows`` in its inverted list (``lists``, as ``source`` gave
+        them): a binary search among the list's ids, narrowed by the buckets."""
         sizes = self.list_sizes[lists]
         starts = self.id_offsets[lists] // self._id_unit
         if self.buckets is not None:  # the row lies among its bucket's entries of its list
@@ -387,7 +522,9 @@ class ListVectors:
             remaining = self._bucket_cells[cells + 1] - base
         else:
             base, remaining = np.zeros(len(rows), dtype=np.int64), sizes.copy()
-        # branchless search, every row at once, of the last id <= the row (the row itself when the list holds
+        # an id carries its row in its high bits (format 4): the ids of a row are those <= this key
+        keys = (rows << self.label_shift) | ((1 << self.label_shift) - 1)
+        # branchless search, every row at once, of the last id <= the key (the row's own id when the list holds
         # it): the answer lies in [base, base + remaining); ceil(log2(longest range)) gathers, one more to check
         steps = int(remaining.max(initial=1) - 1).bit_length()
         half, probe = np.empty_like(remaining), np.empty_like(remaining)
@@ -395,18 +532,20 @@ class ListVectors:
         for _ in range(steps):  # in place: these arrays are as long as the rows asked for
             np.right_shift(remaining, 1, out=half)
             np.add(base, half, out=probe)
-            np.less_equal(self._gather_ids(starts, probe), rows, out=below)
+            np.less_equal(self._gather_ids(starts, probe), keys, out=below)
             np.copyto(base, probe, where=below)
             np.subtract(remaining, half, out=remaining)
+        ids = np.full(len(rows), -1, dtype=np.int64)
         if len(rows):
             found = (sizes > 0) & (base < sizes)  # an empty list holds no row (its ids may start at the file's end)
-            found[found] = self._gather_ids(starts[found], base[found]) == rows[found]
+            ids[found] = self._gather_ids(starts[found], base[found])
+            found &= (ids >> self.label_shift) == rows
             if not found.all():
                 row = int(rows[~found][0])
                 raise PipelineError(f"{self.folder / DATA_FILE}: row {row} is not in inverted list "
-                                    f"{int(lists[~found][0])} ({ASSIGN_FILE} says it is): a damaged index, "
+                                    f"{int(lists[~found][0])} ({source} says it is): a damaged index, "
                                     "rebuild it with python -m pipeline.index --force (same options)")
-        return lists, base
+        return base, ids
 
     def __getitem__(self, rows) -> np.ndarray:
         rows = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
@@ -425,9 +564,11 @@ class ListVectors:
 
 
 def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: bool = True, dim: int = 0):
-    """``(index, vectors)`` of an IVF index: its inverted lists memory-mapped (format 2: faiss's on-disk
-    lists, and the vectors read out of them; format 1: the index file and ``vectors.npy`` memory-mapped when
-    ``mmap``); ``nprobe`` lists are visited per query vector."""
+    """``(index, vectors)`` of an IVF index: its inverted lists memory-mapped (formats 2-4: faiss's on-disk
+    lists, and the vectors read out of them, :class:`ListVectors`; format 1: the index file and
+    ``vectors.npy`` memory-mapped when ``mmap``); ``nprobe`` lists are visited per query vector. The labels
+    of ``index.search`` are faiss ids: ``vectors.rows_of(labels)`` are the rows (format 4 packs more into
+    an id)."""
     import faiss
 
     folder = Path(folder)
@@ -443,12 +584,13 @@ def open_index(folder: Path, index_file: str, binary: bool, nprobe: int, mmap: b
     return index, vectors
 
 
-def write_format_2(folder: Path, target: Path, code_size: int) -> None:
-    """A format-2 copy of the format-3 IVF index in ``folder`` (codes of ``code_size`` bytes) at ``target``:
-    the same faiss index, lists, document files and encoder (hard links where the file system allows), each
-    row's position in list order (:data:`RANKS_FILE`) instead of its list number, the lists' table without
-    capacities, and its own metadata (format 2). For comparing the two layouts on the same lists (tests,
-    ``benchmarks/code_ivf_storage.py``)."""
+def write_layout(folder: Path, target: Path, code_size: int, version: int) -> None:
+    """A copy of the format-3 or 4 IVF index in ``folder`` (codes of ``code_size`` bytes) at ``target`` in the
+    older ``version`` 2 or 3, on the same lists: the same faiss index file, document files and encoder (hard
+    links where the file system allows), the lists copied with plain row numbers as ids, each row's list
+    number (:data:`ASSIGN_FILE`, version 3, with the same buckets) or its position in list order
+    (:data:`RANKS_FILE`, version 2, the lists' table without capacities), and its own metadata. For comparing
+    the layouts on the same lists (tests, ``benchmarks/code_ivf_storage.py``)."""
     import json
 
     from pipeline.core.atomic import write_text
@@ -456,29 +598,47 @@ def write_format_2(folder: Path, target: Path, code_size: int) -> None:
 
     from .options import ENCODER_FILE, META_FILE
 
+    if version not in (2, 3):
+        raise ValueError(f"write_layout writes format 2 or 3, not {version}")
     folder, target = Path(folder), Path(target)
     target.mkdir(parents=True, exist_ok=True)
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    names = [name for name in meta["files"] if name not in (ASSIGN_FILE, BUCKETS_FILE, LISTS_FILE)]
+    lookup = set(FILES) | set(FORMAT_3_FILES)
+    names = [name for name in meta["files"] if name not in lookup]
     for name in (*names, ENCODER_FILE):
         try:
             os.link(folder / name, target / name)
         except OSError:
             shutil.copyfile(folder / name, target / name)
+    shutil.copyfile(folder / DATA_FILE, target / DATA_FILE)  # its own copy: the ids are rewritten below
     table = np.load(folder / LISTS_FILE)
-    data = np.memmap(folder / DATA_FILE, dtype=np.uint8, mode="r")
+    shift = 2 * list_bits(len(table)) if (folder / ROOTS_FILE).is_file() else 0
+    data = np.memmap(target / DATA_FILE, dtype=np.uint8, mode="r+")
     total = int(table[:, 1].sum())
-    ranks = np.lib.format.open_memmap(target / RANKS_FILE, mode="w+", shape=(total,),
-                                      dtype=np.uint32 if total < 2 ** 32 else np.int64)
+    if version == 2:
+        place = np.lib.format.open_memmap(target / RANKS_FILE, mode="w+", shape=(total,),
+                                          dtype=np.uint32 if total < 2 ** 32 else np.int64)
+    else:
+        place = np.lib.format.open_memmap(target / ASSIGN_FILE, mode="w+", shape=(total,),
+                                          dtype=list_dtype(len(table)))
     start = 0
-    for offset, size, capacity in table:
+    for number, (offset, size, capacity) in enumerate(table):
         if size:
             first = offset + capacity * code_size
-            ids = np.frombuffer(data[first: first + 8 * size].tobytes(), dtype=np.int64)
-            ranks[ids] = np.arange(start, start + size, dtype=ranks.dtype)
+            stored = data[first: first + 8 * size].view(np.int64)
+            rows = np.array(stored) >> shift
+            stored[:] = rows
+            place[rows] = np.arange(start, start + size) if version == 2 else number
         start += size
-    ranks.flush()
-    del ranks
-    np.save(target / LISTS_FILE, table[:, :2])
-    meta.update(format=2, files=describe(target, (*names, RANKS_FILE, LISTS_FILE)))
+    data.flush()
+    place.flush()
+    del data, place
+    if version == 2:
+        np.save(target / LISTS_FILE, table[:, :2])
+        files = (*names, DATA_FILE, RANKS_FILE, LISTS_FILE)
+    else:
+        np.save(target / LISTS_FILE, table)
+        shutil.copyfile(folder / BUCKETS_FILE, target / BUCKETS_FILE)
+        files = (*names, *FORMAT_3_FILES)
+    meta.update(format=version, files=describe(target, files))
     write_text(target / META_FILE, json.dumps(meta, indent=1))  # written last: the copy is complete

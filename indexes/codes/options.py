@@ -37,10 +37,11 @@ DOC_OFFSETS_FILE = "doc_offsets.npy"  # format 2: document d's vectors are rows 
 DOC_ID_BYTES_FILE = "doc_ids.utf8.npy"  # format 2: the document ids' UTF-8 bytes, concatenated (uint8)
 DOC_ID_OFFSETS_FILE = "doc_id_offsets.npy"  # format 2: id d is bytes offsets[d]:offsets[d + 1] (int64)
 #: the layout of an index directory written by this version (``format`` in its metadata; absent: 1). 3: an
-#: IVF index stores each vector's list number instead of its position in list order (indexes/codes/ivf.py)
-INDEX_FORMAT = 3
-#: the layouts this version reads (format 2 differs from 3 only in an IVF index's files)
-READ_FORMATS = (1, 2, 3)
+#: IVF index stores each vector's list number instead of its position in list order; 4: it carries the list
+#: numbers in its faiss ids instead (indexes/codes/ivf.py; a build too large for that writes 3)
+INDEX_FORMAT = 4
+#: the layouts this version reads (formats 2, 3 and 4 differ only in an IVF index's files)
+READ_FORMATS = (1, 2, 3, 4)
 #: documents re-scored exactly per query by default (the best by their score estimated from the kNN step).
 #: nDCG@10 stays within .003 of re-scoring every candidate down to 64 on NFCorpus and Vaswani, but the top
 #: 100's recall does not: R@100 .2953 -> .2921 (256) / .2813 (64) on NFCorpus, .6501 -> .6329 / .5798 on

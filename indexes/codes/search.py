@@ -260,9 +260,15 @@ class CodeRetriever:
                     keys = self.model.hash_unit_vectors(torch.from_numpy(query_vectors).to(self.model.center.device))
                 query_vectors = keys.float().cpu().numpy()
             distances, labels = self.index.search(pack_codes(query_vectors), k)
-            return labels, 1.0 - 2.0 * distances.astype(np.float32) / self.dim
+            return self._rows_of(labels), 1.0 - 2.0 * distances.astype(np.float32) / self.dim
         distances, labels = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), k)
-        return labels, distances.astype(np.float32, copy=False)
+        return self._rows_of(labels), distances.astype(np.float32, copy=False)
+
+    def _rows_of(self, labels: np.ndarray) -> np.ndarray:
+        """The stored rows of the kNN step's faiss ``labels`` (an IVF index of format 4 packs list numbers
+        into its ids beside the row: :meth:`indexes.codes.ivf.ListVectors.rows_of`)."""
+        rows_of = getattr(self.vectors, "rows_of", None)
+        return labels if rows_of is None else rows_of(labels)
 
     def docs_of(self, rows: np.ndarray) -> np.ndarray:
         """The document number of each stored vector in ``rows`` (a document's vectors are consecutive rows)."""

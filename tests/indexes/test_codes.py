@@ -494,7 +494,7 @@ def test_format_1_indexes_are_still_read_and_newer_formats_refused(built, datase
     assert codes.storage_bytes(old) == sum((old / name).stat().st_size for name in codes.directory.FORMAT_1_FILES)
     meta["format"] = 99
     (old / codes.META_FILE).write_text(json.dumps(meta))
-    with pytest.raises(PipelineError, match="format 99, this version reads formats 1, 2, 3; rebuild"):
+    with pytest.raises(PipelineError, match="format 99, this version reads formats 1, 2, 3, 4; rebuild"):
         CodeRetriever(old)
 
 
@@ -1009,15 +1009,18 @@ def test_an_ivf_index_probing_every_list_finds_what_the_flat_index_finds(built, 
     flat = CodeRetriever(built[kind]).search(queries, 5)
     probed_all = CodeRetriever(path, nprobe=4)
     assert isinstance(probed_all.vectors.data, np.memmap)                # read from the lists on disk, not loaded
-    assert isinstance(probed_all.vectors.assign, np.memmap)
+    assert probed_all.vectors.roots is not None and probed_all.vectors.assign is None  # format 4
     flat_retriever = CodeRetriever(built[kind])  # kept: its vectors are a view into its faiss index
     assert np.array_equal(np.asarray(probed_all.vectors), flat_retriever.vectors)
     rows = np.array([5, 0, 383, 17])
     assert np.array_equal(probed_all.vectors[rows], flat_retriever.vectors[rows])
-    # each vector stored once: the lists hold its code and its faiss id (8 bytes), its list number 1 byte more
+    # each vector stored once: the lists hold its code and its faiss id (8 bytes, which carries the list
+    # numbers the lookup needs); apart from them, one list number per tree of 32 rows
     width = 16 // 8 if kind == "codes" else 16 * 4
     assert (path / ivf.DATA_FILE).stat().st_size == meta["vectors"] * (width + 8)
-    assert np.load(path / ivf.ASSIGN_FILE).dtype == ivf.list_dtype(4) == np.uint8  # one list number per vector
+    roots = np.load(path / ivf.ROOTS_FILE)
+    assert meta["format"] == 4 and not (path / ivf.ASSIGN_FILE).exists()
+    assert roots.dtype == ivf.list_dtype(4) == np.uint8 and len(roots) == -(-meta["vectors"] // ivf.TREE_ROWS)
     assert probed_all.index_bytes == meta["index_bytes"] == sum((path / n).stat().st_size
                                                                 for n in (codes.FAISS_FILE, ivf.DATA_FILE))
     for query_id, hits in flat.items():
