@@ -1,28 +1,29 @@
 """The IVF code index's storage layouts on real codes: bytes per vector, resident memory and speed of the
-format-3 layout (each vector's list number, uint16, and a binary search of its list's ids) against format 2
-(each vector's position in list order, uint32) on the same inverted lists.
+format-4 layout (the list numbers carried in the faiss ids, in trees of 32 rows; 2 bytes per 32 rows of
+roots) against format 3 (each vector's list number, uint16) and format 2 (each vector's position in list
+order, uint32) on the same inverted lists.
 
 Uses the shards and the union that ``code_real_scaling.py`` kept in ``--work`` (its ``simulate`` step's index
 supplies the encoder). Steps, each a subcommand:
 
 ``build``
     At one size (a prefix of whole shards with at least ``--vectors`` vectors, 0: all): an IVF index of those
-    codes in ``--work/storage/<size>/format-3`` (``indexes.codes.ivf``: quantizer trained, shards added,
-    lists merged on disk, each stage timed) and its format-2 copy on the same lists (``ivf.write_format_2``,
-    the lists hard-linked) in ``format-2``; the bytes of every file, per vector.
+    codes in ``--work/storage/<size>/format-4`` (``indexes.codes.ivf``: quantizer trained, shards added,
+    lists merged on disk, each stage timed) and its format-3 and format-2 copies on the same lists
+    (``ivf.write_layout``) in ``format-3`` and ``format-2``; the bytes of every file, per vector.
 ``rss``
     One process per layout (``--index``): the retriever opened, ``--queries`` queries searched one at a
     time (``search([query], 100)``, one thread), then the process's peak resident set (``getrusage``
     ``ru_maxrss``) and its anonymous / file-backed parts; the same before the index was opened.
 ``time``
-    Both layouts in one process, one thread, the layouts alternating query by query (which goes first
-    alternates too): ms/query end to end and of the exact MaxSim stage (where the vectors are read), the
-    lookup alone (``vectors[rows]`` for the rows of the documents each query re-scored), whether every
-    query's results are identical, nDCG@10 and R@100 of both.
+    The layouts in one process, one thread, rotating query by query (which goes first rotates too): ms/query
+    end to end and of the exact MaxSim stage (where the vectors are read), the lookup alone (``vectors[rows]``
+    for the rows of 256 documents drawn at random per query), whether every query's results are identical,
+    nDCG@10 and R@100 of each.
 ``lookup``
     The row lookup alone (``vectors[rows]``, the stored vectors of 256 documents drawn at random, seeded),
-    this thread's CPU time, three ways rotating call by call: format 3 with its bucket table, format 3
-    searching each row's whole list (the table ignored), format 2.
+    this thread's CPU time, four ways rotating call by call: format 4 with its bucket table, format 4
+    searching each row's whole list (the table ignored), format 3, format 2.
 ``report``
     The tables (Markdown and JSON).
 
@@ -53,7 +54,12 @@ from common import load_average, machine_line, publish  # noqa: E402
 from code_real_scaling_common import K, SHARD_SIZE, command_line, load_union, now, write_json  # noqa: E402
 from code_real_scaling_measure import Probe, shard_prefix, status_kib, write_index_dir  # noqa: E402
 
-LAYOUTS = ("format-3", "format-2")
+#: the layouts compared: what a build writes (format 4), then its copies in the older layouts
+LAYOUTS = ("format-4", "format-3", "format-2")
+#: each layout's row-lookup file (beside the lists every layout has)
+LOOKUP_FILES = {"format-4": "ivf_roots.npy", "format-3": "ivf_assign.npy", "format-2": "ivf_ranks.npy"}
+#: the ways the ``lookup`` step times (format 4 once more without its bucket table)
+LOOKUP_WAYS = ("format 4", "format 4 without buckets", "format 3", "format 2")
 
 
 def size_folder(work: Path, vectors: int) -> Path:
@@ -77,7 +83,8 @@ def file_bytes(folder: Path) -> dict:
 
 
 def build(work: Path, vectors: int, lists: int, seed: int, build_file: str) -> dict:
-    """The format-3 IVF index of a shard prefix and its format-2 copy; bytes per vector of both."""
+    """The format-4 IVF index of a shard prefix and its format-3 and format-2 copies; bytes per vector of
+    each."""
     import faiss
 
     from indexes.codes import index_metadata, ivf
@@ -87,24 +94,28 @@ def build(work: Path, vectors: int, lists: int, seed: int, build_file: str) -> d
     part = shard_prefix(shards, vectors)
     folder = size_folder(work, vectors)
     load_before = load_average()
-    times = write_index_dir(folder / "format-3", full, part, "ivf", lists, seed)
-    shutil.rmtree(folder / "format-2", ignore_errors=True)
-    started = time.perf_counter()
-    ivf.write_format_2(folder / "format-3", folder / "format-2", code_size=512 // 8)
-    times["format_2_copy_s"] = time.perf_counter() - started
-    meta = index_metadata(folder / "format-3")
+    times = write_index_dir(folder / "format-4", full, part, "ivf", lists, seed)
+    if index_metadata(folder / "format-4")["format"] != 4:
+        raise SystemExit(f"{folder / 'format-4'}: the build did not write format 4")
+    for version in (3, 2):
+        shutil.rmtree(folder / f"format-{version}", ignore_errors=True)
+        started = time.perf_counter()
+        ivf.write_layout(folder / "format-4", folder / f"format-{version}", code_size=512 // 8, version=version)
+        times[f"format_{version}_copy_s"] = time.perf_counter() - started
+    meta = index_metadata(folder / "format-4")
     count = meta["vectors"]
     layouts = {}
+    every_ivf_file = ("faiss.index", *ivf.FILES, *ivf.FORMAT_3_FILES, *ivf.FORMAT_2_FILES)
     for layout in LAYOUTS:
         files = file_bytes(folder / layout)
-        ivf_files = {n: b for n, b in files.items() if n in ("faiss.index", *ivf.FILES, *ivf.FORMAT_2_FILES)}
+        ivf_files = {n: b for n, b in files.items() if n in every_ivf_file}
         layouts[layout] = {"files": files, "ivf_bytes_per_vector": sum(ivf_files.values()) / count,
                            "bytes_per_vector": sum(files.values()) / count,
                            "per_file_per_vector": {n: b / count for n, b in files.items()}}
     return {"date": now(), "load_before": load_before, "load_after": load_average(), "vectors": count,
             "documents": meta["documents"], "shards": len(part), "ivf_lists": meta["ivf_lists"], "builds": times,
-            "list_dtype": str(np.load(folder / "format-3" / ivf.ASSIGN_FILE, mmap_mode="r").dtype),
-            "layouts": layouts}
+            "list_dtype": str(np.load(folder / "format-4" / ivf.ROOTS_FILE, mmap_mode="r").dtype),
+            "list_bits": ivf.list_bits(meta["ivf_lists"]), "layouts": layouts}
 
 
 def _queries(work: Path, count: int):
@@ -150,8 +161,14 @@ def rss(work: Path, vectors: int, count: int, nprobe: int) -> dict:
     return result
 
 
+def rotated(items: tuple, number: int) -> tuple:
+    """``items`` started at ``number`` (mod their count): who goes first rotates call by call."""
+    shift = number % len(items)
+    return items[shift:] + items[:shift]
+
+
 def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
-    """Both layouts in one process, alternating query by query."""
+    """The layouts in one process, rotating query by query."""
     import faiss
     import torch
 
@@ -174,8 +191,9 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
     lookup = {layout: [] for layout in LAYOUTS}
     runs = {layout: {} for layout in LAYOUTS}
     identical, rows_read = 0, []
-    for number, query in enumerate(tqdm(queries, desc=f"{len(retrievers['format-3'].vectors):,} vectors", unit="query")):
-        order = LAYOUTS if number % 2 == 0 else LAYOUTS[::-1]
+    first = LAYOUTS[0]
+    for number, query in enumerate(tqdm(queries, desc=f"{len(retrievers[first].vectors):,} vectors", unit="query")):
+        order = rotated(LAYOUTS, number)
         for layout in order:
             probes[layout].reset()
             started, cpu_started = time.perf_counter(), time.thread_time()
@@ -184,10 +202,10 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
             cpu[layout].append(1000 * (time.thread_time() - cpu_started))
             maxsim[layout].append(1000 * probes[layout].times["maxsim_scores"])
             runs[layout].update(hits)
-        got, expected = runs["format-3"][query.query_id], runs["format-2"][query.query_id]
-        identical += [(h.doc_id, h.score) for h in got] == [(h.doc_id, h.score) for h in expected]
+        answers = [[(h.doc_id, h.score) for h in runs[layout][query.query_id]] for layout in LAYOUTS]
+        identical += all(answer == answers[0] for answer in answers)
         # the lookup alone: the stored vectors of 256 documents (as many as the re-scoring reads), seeded
-        offsets = retrievers["format-3"].offsets
+        offsets = retrievers[first].offsets
         numbers = np.random.default_rng(number).choice(len(offsets) - 1, size=256, replace=False)
         rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in numbers])
         rows_read.append(len(rows))
@@ -207,36 +225,39 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
     return {"date": now(), "load_before": None, "queries": len(queries), "nprobe": nprobe,
             "identical_queries": identical, "lookup_rows_mean": float(np.mean(rows_read)),
             "lookup_rows": "the stored vectors of 256 documents drawn at random per query (seeded)",
-            "ms_ratio_format3_over_format2": float(np.mean(ms["format-3"]) / np.mean(ms["format-2"])),
-            "cpu_ratio_format3_over_format2": float(np.mean(cpu["format-3"]) / np.mean(cpu["format-2"])),
+            "ms_ratio_format4_over_format3": float(np.mean(ms["format-4"]) / np.mean(ms["format-3"])),
+            "cpu_ratio_format4_over_format3": float(np.mean(cpu["format-4"]) / np.mean(cpu["format-3"])),
             "layouts": summary}
 
 
 def lookup(work: Path, vectors: int, calls: int) -> dict:
-    """CPU time of ``vectors[rows]``: format 3 with and without its buckets, and format 2."""
+    """CPU time of ``vectors[rows]``: format 4 with and without its buckets, format 3 and format 2."""
     from indexes.codes import ivf
 
     folder = size_folder(work, vectors)
-    bucketed = ivf.ListVectors(folder / "format-3", True, 512)
-    whole_lists = ivf.ListVectors(folder / "format-3", True, 512)
+    whole_lists = ivf.ListVectors(folder / "format-4", True, 512)
     whole_lists.buckets = None
-    previous = ivf.ListVectors(folder / "format-2", True, 512)
-    offsets = np.load(folder / "format-3" / "doc_offsets.npy")
-    ways = {"format 3": bucketed, "format 3 without buckets": whole_lists, "format 2": previous}
+    ways = dict(zip(LOOKUP_WAYS, (ivf.ListVectors(folder / "format-4", True, 512), whole_lists,
+                                  ivf.ListVectors(folder / "format-3", True, 512),
+                                  ivf.ListVectors(folder / "format-2", True, 512))))
+    offsets = np.load(folder / "format-4" / "doc_offsets.npy")
     cpu = {name: [] for name in ways}
     rows_read = []
     for number in range(calls):
         documents = np.random.default_rng(number).choice(len(offsets) - 1, size=256, replace=False)
         rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in documents])
         rows_read.append(len(rows))
-        order = list(ways.items())
-        for name, stored in order[number % 3:] + order[: number % 3]:
+        for name in rotated(LOOKUP_WAYS, number):
             started = time.thread_time()
-            stored[rows]
+            ways[name][rows]
             cpu[name].append(1000 * (time.thread_time() - started))
     return {"date": now(), "calls": calls, "rows_mean": float(np.mean(rows_read)),
             "cpu_ms": {name: float(np.mean(x)) for name, x in cpu.items()},
             "cpu_ms_median": {name: float(np.median(x)) for name, x in cpu.items()}}
+
+
+def _loads(step: dict) -> str:
+    return f"{' '.join(step['load_before'])} / {' '.join(step['load_after'])}"
 
 
 def render(work: Path, command: str) -> tuple[str, dict]:
@@ -249,29 +270,30 @@ def render(work: Path, command: str) -> tuple[str, dict]:
         if "build" in facts:
             results.append(facts)
     results.sort(key=lambda r: r["build"]["vectors"])
-    lines = [f"# IVF code index storage: format 3 (list numbers) against format 2 (positions) "
+    lines = [f"# IVF code index storage: format 4 (list numbers in the faiss ids) against formats 3 and 2 "
              f"({time.strftime('%Y-%m-%d', time.gmtime())}, {machine_line(1)})", "",
              f"Report command: `{command}`. The indexes: the real 512-bit codes of `code_real_scaling.py` (the union "
              "of the shipped collections, its kept shards), prefixes of whole shards, the list counts of its table; "
-             "each size's IVF index built once (format 3) and copied to format 2 on the same lists "
-             "(`ivf.write_format_2`). Steps and their commands are in `ivf-storage.json`.", "",
+             "each size's IVF index built once (format 4, what a build writes) and copied to formats 3 and 2 on the "
+             "same lists (`ivf.write_layout`). Steps and their commands are in `ivf-storage.json`.", "",
              "## Bytes per vector", "",
              "IVF: the faiss index file (quantizer, list table), the lists (`ivf.data`: 64-byte code + 8-byte faiss id "
-             "per vector), the row lookup (format 3: `ivf_assign.npy`, the list number; format 2: `ivf_ranks.npy`, "
-             "the position) and the lists' table. All: with the document offsets and ids (everything a search reads "
-             "but the encoder).", "",
-             "| vectors | documents | lists | list number | format 3 IVF | format 3 all | format 2 IVF | format 2 all | "
-             "lookup file B/vector (3 / 2) | date | load before / after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "per vector; format 4's id carries the row and two list numbers), the row lookup (format 4: "
+             "`ivf_roots.npy`, the list number of every 32nd row, and the buckets; format 3: `ivf_assign.npy`, every "
+             "row's list number, and the buckets; format 2: `ivf_ranks.npy`, every row's position) and the lists' "
+             "table. All: with the document offsets and ids (everything a search reads but the encoder).", "",
+             "| vectors | documents | lists | bits per list number | format 4 IVF | format 4 all | format 3 IVF | "
+             "format 3 all | format 2 IVF | format 2 all | lookup file B/vector (4 / 3 / 2) | date | "
+             "load before / after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         b = r["build"]
-        three, two = b["layouts"]["format-3"], b["layouts"]["format-2"]
-        lines.append(f"| {b['vectors']:,} | {b['documents']:,} | {b['ivf_lists']} | {b['list_dtype']} | "
-                     f"{three['ivf_bytes_per_vector']:.2f} | {three['bytes_per_vector']:.2f} | "
-                     f"{two['ivf_bytes_per_vector']:.2f} | {two['bytes_per_vector']:.2f} | "
-                     f"{three['per_file_per_vector']['ivf_assign.npy']:.2f} / "
-                     f"{two['per_file_per_vector']['ivf_ranks.npy']:.2f} | {b['date']} | "
-                     f"{' '.join(b['load_before'])} / {' '.join(b['load_after'])} |")
+        cells = " | ".join(f"{b['layouts'][layout]['ivf_bytes_per_vector']:.2f} | "
+                           f"{b['layouts'][layout]['bytes_per_vector']:.2f}" for layout in LAYOUTS)
+        lookups = " / ".join(f"{b['layouts'][layout]['per_file_per_vector'][LOOKUP_FILES[layout]]:.2f}"
+                             for layout in LAYOUTS)
+        lines.append(f"| {b['vectors']:,} | {b['documents']:,} | {b['ivf_lists']} | {b['list_bits']} | {cells} | "
+                     f"{lookups} | {b['date']} | {_loads(b)} |")
     lines += ["", "## Resident memory while searching", "",
               "Each layout in its own process: the retriever opened, the queries searched one at a time (top 100, "
               "one thread). Peak: `getrusage` `ru_maxrss` at the end; anon + file: `/proc/self/status` RssAnon + "
@@ -290,50 +312,51 @@ def render(work: Path, command: str) -> tuple[str, dict]:
             lines.append(f"| {r['build']['vectors']:,} | {layout} | {x['queries']} | {x['nprobe']} | "
                          f"{end['ru_maxrss'] / mib:.0f} | {end['RssAnon'] / mib:.0f} + {end['RssFile'] / mib:.0f} | "
                          f"{start['RssAnon'] / mib:.0f} + {start['RssFile'] / mib:.0f} | {x['ms_per_query']:.1f} | "
-                         f"{m['date']} | {' '.join(m['load_before'])} / {' '.join(m['load_after'])} |")
-    lines += ["", "## Speed and results, both layouts in one process", "",
-              "One thread, the layouts alternating query by query (the first of each pair alternating too). "
+                         f"{m['date']} | {_loads(m)} |")
+    lines += ["", "## Speed and results, the layouts in one process", "",
+              "One thread, the layouts rotating query by query (which goes first rotates too). "
               "ms/query: `search([query], 100)` end to end, wall clock and this thread's CPU time (the load's "
-              "preemption inflates the wall clock, not the CPU time); exact MaxSim: the stage that reads the candidates' "
-              "vectors out of the lists; lookup: `vectors[rows]` alone for the stored vectors of 256 documents "
-              "drawn at random per query. Identical: queries whose 100 results (ids and scores) are the same in "
-              "both layouts.", "",
-              "| vectors | queries | nprobe | ms/query format 3 (mean / median) | format 2 | ratio 3 / 2 | CPU ms/query "
-              "(3 / 2) | CPU ratio | exact MaxSim ms (3 / 2) | lookup ms (3 / 2), CPU ms (3 / 2), rows | identical | "
-              "nDCG@10 (3 / 2) | R@100 (3 / 2) | date | load before / after |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "preemption inflates the wall clock, not the CPU time); exact MaxSim: the stage that reads the "
+              "candidates' vectors out of the lists; lookup: `vectors[rows]` alone for the stored vectors of 256 "
+              "documents drawn at random per query. Identical: queries whose 100 results (ids and scores) are the "
+              "same in every layout.", "",
+              "| vectors | queries | nprobe | ms/query (mean / median), 4 / 3 / 2 | ratio 4 / 3 | CPU ms/query "
+              "(4 / 3 / 2) | CPU ratio 4 / 3 | exact MaxSim ms (4 / 3 / 2) | lookup CPU ms (4 / 3 / 2), rows | "
+              "identical | nDCG@10 (4 / 3 / 2) | R@100 (4 / 3 / 2) | date | load before / after |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def each(t: dict, key: str, digits: int) -> str:
+        return " / ".join(f"{t['layouts'][layout][key]:.{digits}f}" for layout in LAYOUTS)
+
     for r in results:
         if "time" not in r:
             continue
         t = r["time"]
-        three, two = t["layouts"]["format-3"], t["layouts"]["format-2"]
-        lines.append(f"| {r['build']['vectors']:,} | {t['queries']} | {t['nprobe']} | {three['ms_per_query']:.1f} / "
-                     f"{three['ms_median']:.1f} | {two['ms_per_query']:.1f} / {two['ms_median']:.1f} | "
-                     f"{t['ms_ratio_format3_over_format2']:.3f} | {three['cpu_ms_per_query']:.1f} / "
-                     f"{two['cpu_ms_per_query']:.1f} | {t['cpu_ratio_format3_over_format2']:.3f} | "
-                     f"{three['maxsim_ms']:.1f} / {two['maxsim_ms']:.1f} | "
-                     f"{three['lookup_ms']:.2f} / {two['lookup_ms']:.2f}, {three['lookup_cpu_ms']:.2f} / "
-                     f"{two['lookup_cpu_ms']:.2f}, {t['lookup_rows_mean']:,.0f} | "
-                     f"{t['identical_queries']} of {t['queries']} | {three['nDCG@10']:.4f} / {two['nDCG@10']:.4f} | "
-                     f"{three['R@100']:.4f} / {two['R@100']:.4f} | {t['date']} | {' '.join(t['load_before'])} / "
-                     f"{' '.join(t['load_after'])} |")
+        wall = ", ".join(f"{t['layouts'][layout]['ms_per_query']:.1f} / {t['layouts'][layout]['ms_median']:.1f}"
+                         for layout in LAYOUTS)
+        lines.append(f"| {r['build']['vectors']:,} | {t['queries']} | {t['nprobe']} | {wall} | "
+                     f"{t['ms_ratio_format4_over_format3']:.3f} | {each(t, 'cpu_ms_per_query', 1)} | "
+                     f"{t['cpu_ratio_format4_over_format3']:.3f} | {each(t, 'maxsim_ms', 1)} | "
+                     f"{each(t, 'lookup_cpu_ms', 2)}, {t['lookup_rows_mean']:,.0f} | "
+                     f"{t['identical_queries']} of {t['queries']} | {each(t, 'nDCG@10', 4)} | {each(t, 'R@100', 4)} | "
+                     f"{t['date']} | {_loads(t)} |")
     lines += ["", "The lookup alone (`lookup` step): `vectors[rows]` for the stored vectors of 256 documents drawn at "
-              "random (seeded), this thread's CPU time, the three ways rotating call by call.", "",
-              "| vectors | calls | rows per call | format 3 CPU ms (mean / median) | format 3 without buckets | "
-              "format 2 | date | load before / after |", "|---|---|---|---|---|---|---|---|"]
+              "random (seeded), this thread's CPU time, the four ways rotating call by call.", "",
+              "| vectors | calls | rows per call | " + " | ".join(f"{way} CPU ms (mean / median)" for way in LOOKUP_WAYS)
+              + " | date | load before / after |", "|---|---|---|" + "---|" * len(LOOKUP_WAYS) + "---|---|"]
     for r in results:
         if "lookup" not in r:
             continue
         x = r["lookup"]
         lines.append(f"| {r['build']['vectors']:,} | {x['calls']} | {x['rows_mean']:,.0f} | " + " | ".join(
-            f"{x['cpu_ms'][n]:.2f} / {x['cpu_ms_median'][n]:.2f}" for n in ("format 3", "format 3 without buckets",
-                                                                           "format 2"))
-            + f" | {x['date']} | {' '.join(x['load_before'])} / {' '.join(x['load_after'])} |")
-    lines += ["", "| vectors | lists | k-means s | add s | merge s (format 3) | format-2 copy s |", "|---|---|---|---|---|---|"]
+            f"{x['cpu_ms'][n]:.2f} / {x['cpu_ms_median'][n]:.2f}" for n in LOOKUP_WAYS)
+            + f" | {x['date']} | {_loads(x)} |")
+    lines += ["", "| vectors | lists | k-means s | add s | merge s (format 4) | format-3 copy s | format-2 copy s |",
+              "|---|---|---|---|---|---|---|"]
     for r in results:
         b = r["build"]["builds"]
         lines.append(f"| {r['build']['vectors']:,} | {r['build']['ivf_lists']} | {b['kmeans_s']:.1f} | {b['add_s']:.1f} | "
-                     f"{b['merge_s']:.1f} | {b['format_2_copy_s']:.1f} |")
+                     f"{b['merge_s']:.1f} | {b['format_3_copy_s']:.1f} | {b['format_2_copy_s']:.1f} |")
     commands = [r[s]["command"] for r in results for s in ("build", "rss", "time", "lookup") if s in r]
     lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in commands) + "."]
     return "\n".join(lines), {"command": command, "date": now(), "sizes": results}
