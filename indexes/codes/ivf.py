@@ -33,7 +33,7 @@ Where a row's list number is kept:
   the lookup walks the trees of the rows asked for level by level from their roots (6 levels), every row of
   a level at once, each level's rows found by the binary search above with the list numbers the level above
   read out of its ids. The kNN step's labels are these ids: the row is ``label >> 2b``
-  (:attr:`ListVectors.label_shift`). Up to 2^(63 - 2b) vectors (8.6 billion at 32,768 lists); beyond, a
+  (:meth:`ListVectors.rows_of`). Up to 2^(63 - 2b) vectors (8.6 billion at 32,768 lists); beyond, a
   build writes format 3.
 - Format 3: each row's list number in :data:`ASSIGN_FILE`, uint16 while there are at most 65,536 lists
   (uint8 up to 256, uint32 beyond); the faiss id is the row.
