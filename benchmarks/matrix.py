@@ -307,7 +307,7 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, ALONE, _fine_tuned_bi_encoder("")),
     (FINE_TUNED_BI_ENCODER, TUNED, _fine_tuned_bi_encoder("+interp")),
     (FINE_TUNED_BI_ENCODER, SAFE, _fine_tuned_bi_encoder("+safe")),
-    (FINE_TUNED_BI_ENCODER, STACKED, _fine_tuned_stacked(["dl19", "dl20", "vaswani", "cranfield"])),
+    (FINE_TUNED_BI_ENCODER, STACKED, _fine_tuned_stacked(["dl19", "dl20", "nfcorpus", "vaswani", "cranfield"])),
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
                                        for key, source in _fine_tuned_bi_encoder("").items()}),
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,

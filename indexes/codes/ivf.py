@@ -421,7 +421,7 @@ class ListVectors:
             self.ranks = np.load(folder / RANKS_FILE, mmap_mode="r")
             self.list_starts = np.concatenate([[0], np.cumsum(self.list_sizes)])
         elif (folder / ROOTS_FILE).is_file():  # format 4
-            self.roots = np.asarray(np.load(folder / ROOTS_FILE, mmap_mode="r"))  # 2 bytes per 32 rows: read whole
+            self.roots = np.asarray(np.load(folder / ROOTS_FILE, mmap_mode="r"))  # mapped: no memmap subclass overhead
             self.bits = list_bits(len(table))
             self.label_shift = 2 * self.bits
             if len(self.roots) != (self.count + TREE_ROWS - 1) // TREE_ROWS:
