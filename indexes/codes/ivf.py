@@ -125,10 +125,15 @@ def list_bits(lists: int) -> int:
     return max(1, int(lists - 1).bit_length())
 
 
+def row_shift(lists: int) -> int:
+    """Where the row begins in a format-4 faiss id: above two list numbers of :func:`list_bits`."""
+    return 2 * list_bits(lists)
+
+
 def tree_ids_fit(total: int, lists: int) -> bool:
     """Whether ``total`` row numbers and two list numbers of :func:`list_bits` fit a non-negative int64 id
     (format 4); if not, a build writes format 3."""
-    return total <= 1 << (63 - 2 * list_bits(lists))
+    return total <= 1 << (63 - row_shift(lists))
 
 
 def tree_ids(rows: np.ndarray, assign: np.ndarray, lists: int) -> np.ndarray:
@@ -136,10 +141,10 @@ def tree_ids(rows: np.ndarray, assign: np.ndarray, lists: int) -> np.ndarray:
     the children in the row's tree of :data:`TREE_ROWS` rows (0 where a child is past the tree or the last
     row); ``assign``: every row's list, ``b``: :func:`list_bits`."""
     bits, total = list_bits(lists), len(assign)
-    node = rows & (TREE_ROWS - 1)
-    ids = rows.astype(np.int64) << (2 * bits)
+    tree, node = np.divmod(rows, TREE_ROWS)
+    ids = rows.astype(np.int64) << row_shift(lists)
     for slot, shift in ((1, bits), (2, 0)):
-        child = rows - node + 2 * node + slot
+        child = tree * TREE_ROWS + 2 * node + slot
         inside = (2 * node + slot < TREE_ROWS) & (child < total)
         ids[inside] |= assign[child[inside]].astype(np.int64) << shift
     return ids
@@ -332,24 +337,33 @@ def merge(trained_file: Path, block_files: Sequence[Path], binary: bool, folder:
     return int(total)
 
 
+def _stored_ids(data: np.ndarray, table: np.ndarray, code_size: int):
+    """``(list number, its ids)`` of every non-empty list of :data:`DATA_FILE` mapped as ``data`` (uint8):
+    the ids an int64 view into the mapping (writable where ``data`` is), after the list's ``capacity`` codes."""
+    for number, (offset, size, capacity) in enumerate(table):
+        if size:
+            first = offset + capacity * code_size
+            yield number, data[first: first + 8 * size].view(np.int64)
+
+
 def _write_tree_ids(data_file: Path, table: np.ndarray, code_size: int, assign: np.ndarray) -> None:
     """Replace every list's ids (row numbers, increasing) in ``data_file`` by their format-4 ids
     (:func:`tree_ids`), list by list, in place."""
     data = np.memmap(data_file, dtype=np.uint8, mode="r+")
-    for offset, size, capacity in table:
-        if size:
-            first = offset + capacity * code_size
-            stored = data[first: first + 8 * size].view(np.int64)
-            stored[:] = tree_ids(np.array(stored), assign, len(table))
+    for _, stored in _stored_ids(data, table, code_size):
+        stored[:] = tree_ids(np.array(stored), assign, len(table))
     data.flush()
     del data
 
 
 def layout(folder: Path) -> tuple[int, tuple[str, ...]]:
-    """``(format, files besides the faiss index file)`` of the IVF index that :func:`merge` wrote in
-    ``folder``."""
-    if (Path(folder) / ROOTS_FILE).is_file():
+    """``(format, files besides the faiss index file)`` of the on-disk IVF index in ``folder``, told by its
+    row-lookup file (format 4: :data:`ROOTS_FILE`, 2: :data:`RANKS_FILE`, else 3)."""
+    folder = Path(folder)
+    if (folder / ROOTS_FILE).is_file():
         return 4, FILES
+    if (folder / RANKS_FILE).is_file():
+        return 2, FORMAT_2_FILES
     return 3, FORMAT_3_FILES
 
 
@@ -417,18 +431,19 @@ class ListVectors:
         self.ranks = self.assign = self.roots = None
         #: a faiss id (a kNN label) is the row shifted left by this many bits (format 4; 0 before)
         self.label_shift = 0
-        if (folder / RANKS_FILE).is_file():  # format 2
+        version, _ = layout(folder)
+        if version == 2:
             self.ranks = np.load(folder / RANKS_FILE, mmap_mode="r")
             self.list_starts = np.concatenate([[0], np.cumsum(self.list_sizes)])
-        elif (folder / ROOTS_FILE).is_file():  # format 4
+        elif version == 4:
             self.roots = np.asarray(np.load(folder / ROOTS_FILE, mmap_mode="r"))  # mapped: no memmap subclass overhead
             self.bits = list_bits(len(table))
-            self.label_shift = 2 * self.bits
+            self.label_shift = row_shift(len(table))
             if len(self.roots) != (self.count + TREE_ROWS - 1) // TREE_ROWS:
                 raise PipelineError(f"{folder / ROOTS_FILE}: {len(self.roots)} tree roots do not fit {self.count} "
                                     "vectors: a damaged index, rebuild it with python -m pipeline.index --force "
                                     "(same options)")
-        else:  # format 3
+        else:
             self.assign = np.load(folder / ASSIGN_FILE, mmap_mode="r")
         self.buckets, self.shift = None, 0
         if self.ranks is None and (folder / BUCKETS_FILE).is_file():
@@ -483,8 +498,8 @@ class ListVectors:
     def _tree_positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_positions` of format 4: the trees of ``rows`` walked level by level from their roots, each
         level's rows found in the lists the level above named, down to the deepest row asked for per tree."""
-        trees, which = np.unique(rows // TREE_ROWS, return_inverse=True)
-        nodes = rows - rows // TREE_ROWS * TREE_ROWS
+        tree_of, nodes = np.divmod(rows, TREE_ROWS)
+        trees, which = np.unique(tree_of, return_inverse=True)
         deepest = np.zeros(len(trees), dtype=np.int64)
         np.maximum.at(deepest, which, nodes)
         # one spare column: the last inner node's right child (node TREE_ROWS) lies past the tree
@@ -612,7 +627,7 @@ def write_layout(folder: Path, target: Path, code_size: int, version: int) -> No
             shutil.copyfile(folder / name, target / name)
     shutil.copyfile(folder / DATA_FILE, target / DATA_FILE)  # its own copy: the ids are rewritten below
     table = np.load(folder / LISTS_FILE)
-    shift = 2 * list_bits(len(table)) if (folder / ROOTS_FILE).is_file() else 0
+    shift = row_shift(len(table)) if layout(folder)[0] == 4 else 0
     data = np.memmap(target / DATA_FILE, dtype=np.uint8, mode="r+")
     total = int(table[:, 1].sum())
     if version == 2:
@@ -621,21 +636,17 @@ def write_layout(folder: Path, target: Path, code_size: int, version: int) -> No
     else:
         place = np.lib.format.open_memmap(target / ASSIGN_FILE, mode="w+", shape=(total,),
                                           dtype=list_dtype(len(table)))
-    start = 0
-    for number, (offset, size, capacity) in enumerate(table):
-        if size:
-            first = offset + capacity * code_size
-            stored = data[first: first + 8 * size].view(np.int64)
-            rows = np.array(stored) >> shift
-            stored[:] = rows
-            place[rows] = np.arange(start, start + size) if version == 2 else number
-        start += size
+    starts = np.concatenate([[0], np.cumsum(table[:, 1])])  # each list's first position in list order
+    for number, stored in _stored_ids(data, table, code_size):
+        rows = np.array(stored) >> shift
+        stored[:] = rows
+        place[rows] = np.arange(starts[number], starts[number + 1]) if version == 2 else number
     data.flush()
     place.flush()
     del data, place
     if version == 2:
         np.save(target / LISTS_FILE, table[:, :2])
-        files = (*names, DATA_FILE, RANKS_FILE, LISTS_FILE)
+        files = (*names, *FORMAT_2_FILES)
     else:
         np.save(target / LISTS_FILE, table)
         shutil.copyfile(folder / BUCKETS_FILE, target / BUCKETS_FILE)
