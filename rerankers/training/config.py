@@ -38,6 +38,8 @@ class TrainConfig:
     positive_relevance: int = 1     # the lowest judged grade that counts as a training positive (TREC DL: 2)
     dev_at_start: bool = False      # score the dev queries before training: keep the starting weights if no
                                     # epoch beats them (for encoders that rank well before any fine-tuning)
+    weight_ensemble: float = 0.0    # after training, this share of the starting weights mixed back in (WiSE-FT):
+                                    # keeps what a pre-trained encoder knew (rerankers.training.weight_ensemble)
     accumulation_steps: int = 1     # micro-batches per step (each rank's share cut in that many forward/backward
                                     # passes, gradients added): the same step with 1/N of the activations' memory
     teacher: str = ""               # distil from this re-ranker's scores: MODEL (the bi-encoder's) or RERANKER:MODEL
@@ -59,6 +61,9 @@ class TrainConfig:
                                 f"got {self.head_learning_rate}")
         if self.positive_relevance < 1:
             raise PipelineError(f"positive_relevance must be >= 1, got {self.positive_relevance}")
+        if not 0 <= self.weight_ensemble < 1:
+            raise PipelineError(f"weight_ensemble must be in [0, 1) (the starting weights' share of the kept "
+                                f"weights; 0: none), got {self.weight_ensemble}")
         if self.accumulation_steps < 1:
             raise PipelineError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
         if not 0 <= self.distill_weight <= 1:

@@ -37,6 +37,7 @@ from .losses import in_batch_loss
 from .optim import learning_rate_factor, parameter_groups
 from .state import TRAINING_STATE_KIND, generator_states, load_state, restore_generators, save_state  # noqa: F401
 from .steps import TrainingSteps
+from .weight_ensemble import mix_weights
 
 #: batches timed before the training time is estimated (a warm-up measured on the real training)
 ESTIMATE_AFTER = 5
@@ -245,6 +246,8 @@ class Trainer(TrainingSteps):
         best_state, best_score, stale, done = None, -math.inf, 0, 0
         state_path = Path(state_path) if state_path is not None else None
         saved = self.load_state(state_path) if state_path is not None and state_path.is_file() else None
+        # the weights training starts from (a resumed fit's module was rebuilt fresh, so they are these too)
+        start_state = copy.deepcopy(module.state_dict()) if config.weight_ensemble > 0 else None
         if saved is not None:
             module.load_state_dict(saved["module"])
             total_steps = saved["total_steps"]
@@ -337,6 +340,10 @@ class Trainer(TrainingSteps):
         del data_parallel  # its reducer's hooks leave the parameters with it
         if best_state is not None:
             module.load_state_dict(best_state)
+        if start_state is not None:
+            module.load_state_dict(mix_weights(module.state_dict(), start_state, config.weight_ensemble))
+            log.info("%s: kept %.2f x the trained weights + %.2f x the starting ones (weight_ensemble)",
+                     self.reranker.name, 1 - config.weight_ensemble, config.weight_ensemble)
         module.eval()
         if state_path is not None and distributed.is_main():
             state_path.unlink(missing_ok=True)
