@@ -310,6 +310,10 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, STACKED, _fine_tuned_stacked(["dl19", "dl20", "nfcorpus", "vaswani", "cranfield"])),
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
                                        for key, source in _fine_tuned_bi_encoder("").items()}),
+    *[(f"bi-encoder fine-tuned ({recipe}), WiSE-FT: half-way back to its starting weights", rule,
+       {"dl19": Source(f"dl/2019-bi-encoder-{label}.json", f"bi-encoder-{label}{row}")})
+      for recipe, label in (("1 epoch, bf16", "wise-ft-bf16"), ("3 epochs, best on dev, bf16", "wise-ft-3-epochs-bf16"))
+      for rule, row in ((ALONE, ""), (TUNED, "+interp"), (SAFE, "+safe"))],
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
          "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),

@@ -38,6 +38,8 @@ SAFE_FILES = {
     "vaswani/bi-encoder-in-batch-bf16.json": "vaswani/bi-encoder-in-batch-bf16.json",
     "cranfield/bi-encoder-in-batch.json": "cranfield/bi-encoder-in-batch.json",
     "nfcorpus/bi-encoder-in-batch-bf16.json": "nfcorpus/bi-encoder-in-batch-bf16.json",
+    "dl/2019-bi-encoder-wise-ft-bf16.json": "dl/2019-bi-encoder-wise-ft-bf16.json",
+    "dl/2019-bi-encoder-wise-ft-3-epochs-bf16.json": "dl/2019-bi-encoder-wise-ft-3-epochs-bf16.json",
     "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
     "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
     "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
@@ -101,7 +103,12 @@ COLLECTIONS = [
     ("DL19", "nDCG@10", "dl/2019-bi-encoder-zero-shot.json",
      _dl_rows(2019, DL_TRAINED) + [
          ("cross-encoder distilled from the zero-shot bi-encoder (distill_weight 0.5, 2 epochs x 640 groups of 5)",
-          "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled")]),
+          "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled"),
+         ("bi-encoder fine-tuned, then half-way back to its starting weights (WiSE-FT weight_ensemble 0.5; 1 epoch, "
+          "bf16)", "dl/2019-bi-encoder-wise-ft-bf16.json", "bi-encoder-wise-ft-bf16"),
+         ("bi-encoder fine-tuned 3 epochs (best on dev), then half-way back to its starting weights (WiSE-FT "
+          "weight_ensemble 0.5, bf16)", "dl/2019-bi-encoder-wise-ft-3-epochs-bf16.json",
+          "bi-encoder-wise-ft-3-epochs-bf16")]),
     ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json", _dl_rows(2020, DL_TRAINED)),
     ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json", _dl_rows(2021, ("drmm", "knrm", "bi-encoder-in-batch"))),
 ]

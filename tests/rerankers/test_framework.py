@@ -584,20 +584,22 @@ def resumable_fit(dataset, path, **extra):
     return train_fold("hcan", dataset, fold, dataset.first_stage, options, 7, path)
 
 
-def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra", [{}, {"weight_ensemble": 0.5}], ids=["trained", "weight-ensemble"])
+def test_an_interrupted_training_resumes_after_its_last_epoch_with_the_same_result(tiny, tmp_path, monkeypatch, extra):
+    """With ``weight_ensemble`` the resumed fit must mix in the same starting weights as the straight one."""
     from pipeline.engine.fitting import training_state_path
 
-    straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt")
+    straight, straight_report = resumable_fit(tiny, tmp_path / "straight.pt", **extra)
     assert not training_state_path(tmp_path / "straight.pt").exists()  # removed once the fit ended
 
     path = tmp_path / "resumed.pt"
     interrupt_after_epoch(monkeypatch, 2)
     with pytest.raises(TrainingInterrupted):
-        resumable_fit(tiny, path)
+        resumable_fit(tiny, path, **extra)
     monkeypatch.undo()
     assert training_state_path(path).is_file() and not path.exists()
 
-    resumed, resumed_report = resumable_fit(tiny, path)
+    resumed, resumed_report = resumable_fit(tiny, path, **extra)
     assert path.is_file() and not training_state_path(path).exists()
     assert [(e.epoch, e.loss, e.dev_score, e.learning_rate) for e in resumed_report.epochs] == \
         [(e.epoch, e.loss, e.dev_score, e.learning_rate) for e in straight_report.epochs]
