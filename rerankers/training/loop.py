@@ -340,7 +340,7 @@ class Trainer(TrainingSteps):
         del data_parallel  # its reducer's hooks leave the parameters with it
         if best_state is not None:
             module.load_state_dict(best_state)
-        if start_state is not None:
+        if start_state is not None and report.best_epoch > 0:  # epoch 0 (dev_at_start): already the start
             module.load_state_dict(mix_weights(module.state_dict(), start_state, config.weight_ensemble))
             log.info("%s: kept %.2f x the trained weights + %.2f x the starting ones (weight_ensemble)",
                      self.reranker.name, 1 - config.weight_ensemble, config.weight_ensemble)
