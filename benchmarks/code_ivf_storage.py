@@ -53,11 +53,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from common import load_average, machine_line, publish  # noqa: E402
 from code_real_scaling_common import K, SHARD_SIZE, command_line, load_union, now, write_json  # noqa: E402
 from code_real_scaling_measure import Probe, shard_prefix, status_kib, write_index_dir  # noqa: E402
+from indexes.codes.ivf import ASSIGN_FILE, RANKS_FILE, ROOTS_FILE  # noqa: E402
+from indexes.codes.search import document_rows  # noqa: E402
 
 #: the layouts compared: what a build writes (format 4), then its copies in the older layouts
 LAYOUTS = ("format-4", "format-3", "format-2")
 #: each layout's row-lookup file (beside the lists every layout has)
-LOOKUP_FILES = {"format-4": "ivf_roots.npy", "format-3": "ivf_assign.npy", "format-2": "ivf_ranks.npy"}
+LOOKUP_FILES = {"format-4": ROOTS_FILE, "format-3": ASSIGN_FILE, "format-2": RANKS_FILE}
 #: the ways the ``lookup`` step times (format 4 once more without its bucket table)
 LOOKUP_WAYS = ("format 4", "format 4 without buckets", "format 3", "format 2")
 
@@ -161,6 +163,12 @@ def rss(work: Path, vectors: int, count: int, nprobe: int) -> dict:
     return result
 
 
+def drawn_rows(offsets: np.ndarray, seed: int) -> np.ndarray:
+    """The stored rows of 256 documents drawn at random with ``seed`` (as many as the re-scoring reads)."""
+    documents = np.random.default_rng(seed).choice(len(offsets) - 1, size=256, replace=False)
+    return document_rows(offsets, documents)[0]
+
+
 def rotated(items: tuple, number: int) -> tuple:
     """``items`` started at ``number`` (mod their count): who goes first rotates call by call."""
     shift = number % len(items)
@@ -206,8 +214,7 @@ def timing(work: Path, vectors: int, count: int, nprobe: int) -> dict:
         identical += all(answer == answers[0] for answer in answers)
         # the lookup alone: the stored vectors of 256 documents (as many as the re-scoring reads), seeded
         offsets = retrievers[first].offsets
-        numbers = np.random.default_rng(number).choice(len(offsets) - 1, size=256, replace=False)
-        rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in numbers])
+        rows = drawn_rows(offsets, number)
         rows_read.append(len(rows))
         for layout in order:
             started, cpu_started = time.perf_counter(), time.thread_time()
@@ -244,8 +251,7 @@ def lookup(work: Path, vectors: int, calls: int) -> dict:
     cpu = {name: [] for name in ways}
     rows_read = []
     for number in range(calls):
-        documents = np.random.default_rng(number).choice(len(offsets) - 1, size=256, replace=False)
-        rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in documents])
+        rows = drawn_rows(offsets, number)
         rows_read.append(len(rows))
         for name in rotated(LOOKUP_WAYS, number):
             started = time.thread_time()

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from effectiveness import tables_main  # noqa: E402
+from zero_shot_files import DL19_WISE_FT, wise_ft_file, wise_ft_label  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "matrix"
@@ -310,10 +311,8 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, STACKED, _fine_tuned_stacked(["dl19", "dl20", "nfcorpus", "vaswani", "cranfield"])),
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
                                        for key, source in _fine_tuned_bi_encoder("").items()}),
-    *[(f"bi-encoder fine-tuned ({recipe}), WiSE-FT: half-way back to its starting weights", rule,
-       {"dl19": Source(f"dl/2019-bi-encoder-{label}.json", f"bi-encoder-{label}{row}")})
-      for recipe, label in (("1 epoch, bf16", "wise-ft-bf16"), ("3 epochs, best on dev, bf16", "wise-ft-3-epochs-bf16"))
-      for rule, row in ((ALONE, ""), (TUNED, "+interp"), (SAFE, "+safe"))],
+    *[(wise_ft_label(recipe), rule, {"dl19": Source(wise_ft_file(row), row + suffix)})
+      for row, recipe in DL19_WISE_FT.items() for rule, suffix in ((ALONE, ""), (TUNED, "+interp"), (SAFE, "+safe"))],
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
          "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),

@@ -12,6 +12,22 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 SUMMARY = RESULTS / "combination" / "beyond-zero-shot.json"
 
+#: DL19's bi-encoder fine-tuned, then moved half-way back to its starting weights (WiSE-FT, ``--set
+#: weight_ensemble=0.5``, bf16 training): its row in the result file (:func:`wise_ft_file`) -> its recipe
+DL19_WISE_FT = {"bi-encoder-wise-ft-bf16": "1 epoch, bf16",
+                "bi-encoder-wise-ft-3-epochs-bf16": "3 epochs, best on dev, bf16"}
+
+
+def wise_ft_file(row: str) -> str:
+    """The result file of a :data:`DL19_WISE_FT` row (it holds its own +safe rows)."""
+    return f"dl/2019-{row}.json"
+
+
+def wise_ft_label(recipe: str) -> str:
+    """The label of a :data:`DL19_WISE_FT` recipe's row (the summary's and the matrix's)."""
+    return f"bi-encoder fine-tuned ({recipe}), then half-way back to its starting weights (WiSE-FT 0.5)"
+
+
 #: table file -> the safe re-measurement of the same runs (same protocol, seeds and recipe)
 SAFE_FILES = {
     "cranfield/bi-encoder-zero-shot.json": "cranfield/bi-encoder-zero-shot-safe.json",
@@ -38,8 +54,7 @@ SAFE_FILES = {
     "vaswani/bi-encoder-in-batch-bf16.json": "vaswani/bi-encoder-in-batch-bf16.json",
     "cranfield/bi-encoder-in-batch.json": "cranfield/bi-encoder-in-batch.json",
     "nfcorpus/bi-encoder-in-batch-bf16.json": "nfcorpus/bi-encoder-in-batch-bf16.json",
-    "dl/2019-bi-encoder-wise-ft-bf16.json": "dl/2019-bi-encoder-wise-ft-bf16.json",
-    "dl/2019-bi-encoder-wise-ft-3-epochs-bf16.json": "dl/2019-bi-encoder-wise-ft-3-epochs-bf16.json",
+    **{wise_ft_file(row): wise_ft_file(row) for row in DL19_WISE_FT},
     "dl/2019-cross-encoder-distilled-safe.json": "dl/2019-cross-encoder-distilled-safe.json",
     "dl/2020-knrm-drmm.json": "dl/2020-knrm-drmm-safe.json",
     "nfcorpus/knrm.json": "nfcorpus/knrm-safe.json",
@@ -103,12 +118,8 @@ COLLECTIONS = [
     ("DL19", "nDCG@10", "dl/2019-bi-encoder-zero-shot.json",
      _dl_rows(2019, DL_TRAINED) + [
          ("cross-encoder distilled from the zero-shot bi-encoder (distill_weight 0.5, 2 epochs x 640 groups of 5)",
-          "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled"),
-         ("bi-encoder fine-tuned, then half-way back to its starting weights (WiSE-FT weight_ensemble 0.5; 1 epoch, "
-          "bf16)", "dl/2019-bi-encoder-wise-ft-bf16.json", "bi-encoder-wise-ft-bf16"),
-         ("bi-encoder fine-tuned 3 epochs (best on dev), then half-way back to its starting weights (WiSE-FT "
-          "weight_ensemble 0.5, bf16)", "dl/2019-bi-encoder-wise-ft-3-epochs-bf16.json",
-          "bi-encoder-wise-ft-3-epochs-bf16")]),
+          "dl/2019-cross-encoder-distilled-safe.json", "cross-encoder-distilled")] + [
+         (wise_ft_label(recipe), wise_ft_file(row), row) for row, recipe in DL19_WISE_FT.items()]),
     ("DL20", "nDCG@10", "dl/2020-bi-encoder-zero-shot.json", _dl_rows(2020, DL_TRAINED)),
     ("DL21", "nDCG@10", "dl/2021-bi-encoder-zero-shot.json", _dl_rows(2021, ("drmm", "knrm", "bi-encoder-in-batch"))),
 ]

@@ -93,6 +93,23 @@ def _quantize_query_encoder(model, device) -> str:
     return "int8"
 
 
+def document_rows(offsets: np.ndarray, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The stored rows of the given documents' vectors, in order, and each document's count.
+
+    Args:
+        offsets: ``[documents + 1]``: document ``d``'s vectors are the rows ``offsets[d]:offsets[d + 1]``.
+        doc_numbers: the documents (int array).
+
+    Returns:
+        ``(rows, counts)``: the rows of every document in turn, and how many each has.
+    """
+    starts, ends = offsets[doc_numbers], offsets[doc_numbers + 1]
+    counts = ends - starts
+    total = int(counts.sum())
+    rows = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(total)
+    return rows, counts
+
+
 class CodeRetriever:
     """Search a code index built by :func:`build_code_index` (``search(queries, k) -> Run``).
 
@@ -196,11 +213,7 @@ class CodeRetriever:
     # document side
     def doc_rows(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The stored rows of the given documents' vectors, in order, and each document's count."""
-        starts, ends = self.offsets[doc_numbers], self.offsets[doc_numbers + 1]
-        counts = ends - starts
-        total = int(counts.sum())
-        rows = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(total)
-        return rows, counts
+        return document_rows(self.offsets, doc_numbers)
 
     def doc_vectors(self, doc_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All token vectors of the given documents (float32; +-1 for codes) and each document's count."""

@@ -264,7 +264,8 @@ class Trainer(TrainingSteps):
         elif config.dev_at_start and dev is not None and dev.queries:
             # epoch 0: the weights training starts from compete with every epoch for the dev metric
             best_score = distributed.broadcast(self.evaluate(dev) if distributed.is_main() else None)
-            best_state = copy.deepcopy(module.state_dict())
+            # the starting weights, copied once whether weight_ensemble keeps them too or not
+            best_state = start_state if start_state is not None else copy.deepcopy(module.state_dict())
             report.best_epoch, report.best_dev_score = 0, best_score
             log.info("%s before training: dev %s %.4f", self.reranker.name, config.dev_metric, best_score)
         for epoch in range(done + 1, config.epochs + 1):

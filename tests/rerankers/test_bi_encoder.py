@@ -78,7 +78,8 @@ def test_training_learns_and_dev_at_start_keeps_a_better_start(tiny_encoder):
 
 
 
-def test_dev_at_start_keeps_the_starting_weights_when_no_epoch_beats_them(tiny_encoder, monkeypatch):
+@pytest.mark.parametrize("share", [0.0, 0.5], ids=["trained", "weight-ensemble"])
+def test_dev_at_start_keeps_the_starting_weights_when_no_epoch_beats_them(tiny_encoder, monkeypatch, share):
     from rerankers.training.loop import Trainer
 
     dataset = tiny_dataset(WORDS, seed=3, num_queries=12)
@@ -87,7 +88,8 @@ def test_dev_at_start_keeps_the_starting_weights_when_no_epoch_beats_them(tiny_e
     dev = RankingData.from_dataset(dataset, ids[8:], dataset.first_stage)
     dev_scores = iter([0.9, 0.5, 0.4])  # before training, then after each epoch: training only hurts
     monkeypatch.setattr(Trainer, "evaluate", lambda self, data: next(dev_scores))
-    keeper = make(tiny_encoder, epochs=2, patience=5, learning_rate=1e-2, negatives=3, batch_size=16)
+    keeper = make(tiny_encoder, epochs=2, patience=5, learning_rate=1e-2, negatives=3, batch_size=16,
+                  weight_ensemble=share)
     start = keeper.score(QUERY, DOCS)
     report = keeper.fit(train, dev)
     assert [e.dev_score for e in report.epochs] == [0.5, 0.4]
