@@ -33,7 +33,7 @@ from ..core.options import parse_overrides
 from ..core.filenames import safe_name
 from ..core.runtime import environment_precision, requested_precision
 from ..core.suggest import unknown_name
-from .stacking_rules import RULES as ZERO_SHOT_RULES, STACK
+from .stacking_rules import ANCHOR, RULES as ZERO_SHOT_RULES, STACK
 
 #: the dataset of the headline command ``python -m pipeline.run --reranker hcan`` (see README: why Microblog)
 DEFAULT_DATASET = "microblog"
@@ -137,8 +137,10 @@ class RunConfig:
     zero_shot_rule: str = option(
         STACK, "with --zero-shot-base: 'stack' (default) combines the re-ranker with the zero-shot combination; "
         "'fallback' combines it with the first stage and keeps that only when its gain is proven on the dev "
-        "queries, else the fold keeps the zero-shot combination (for a re-ranker fine-tuned from the zero-shot "
-        "model, e.g. --reranker bi-encoder; pipeline.engine.stacking)", TRAINING, metavar="|".join(ZERO_SHOT_RULES))
+        "queries, else the fold keeps the zero-shot combination; 'anchor' combines it with the first stage at the "
+        "zero-shot model's weight, tuning nothing on the dev queries (both for the bi-encoder fine-tuned from the "
+        "zero-shot model: --reranker bi-encoder; pipeline.engine.stacking)", TRAINING,
+        metavar="|".join(ZERO_SHOT_RULES))
 
     batch_size: int | None = option(None, "scoring batch in (query, document) pairs, filled across queries "
                                     "(default: the model's score_batch_size)", SCORING, metavar="N")
@@ -201,10 +203,15 @@ class RunConfig:
                 raise ConfigError(f"--zero-shot-base tunes both weights: it needs --interpolate auto, got "
                                   f"--interpolate {self.interpolate}")
         if self.zero_shot_rule not in ZERO_SHOT_RULES:
-            raise ConfigError(f"--zero-shot-rule: expected {' or '.join(ZERO_SHOT_RULES)}, got {self.zero_shot_rule!r}")
+            raise ConfigError(f"--zero-shot-rule: expected one of {', '.join(ZERO_SHOT_RULES)}, got "
+                              f"{self.zero_shot_rule!r}")
         if self.zero_shot_rule != STACK and self.zero_shot_base is None:
             raise ConfigError(f"--zero-shot-rule {self.zero_shot_rule} needs --zero-shot-base MODEL: the zero-shot "
                               f"combination it falls back to")
+        if self.zero_shot_rule == ANCHOR and self.reranker != "bi-encoder":
+            raise ConfigError(f"--zero-shot-rule anchor gives the re-ranker the zero-shot model's weight, which fits "
+                              f"only a model on the same score scale: the bi-encoder fine-tuned from it (--reranker "
+                              f"bi-encoder), not {self.reranker!r}")
         if self.model and self.reranker == "none":
             raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
         if self.first_stage_overrides:

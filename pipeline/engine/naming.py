@@ -16,11 +16,14 @@ from indexes import first_stage_options
 from indexes.options import changed_options
 
 from .config import RUN_NAME_CHARACTERS, RunConfig
+from .stacking_rules import ANCHOR, FALLBACK, STACK
 from ..core.errors import ConfigError
 from ..core.filenames import safe_name
 
 #: the options whose defaults add nothing to a name
 DEFAULTS = RunConfig.__dataclass_fields__
+#: ``--zero-shot-rule`` -> what joins the run name and the zero-shot model's label
+RULE_JOINS = {STACK: "-on-", FALLBACK: "-or-", ANCHOR: "-at-"}
 
 
 def _default(name: str):
@@ -134,8 +137,9 @@ def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | No
     (:func:`run_precision`, after ``--precision auto`` is resolved: such a run must not overwrite the float32
     run it is compared with), ``-alone`` (the re-ranker's own scores are the result), ``-interp<W>`` (a fixed weight;
     the tuned ``auto`` weight is the default and adds nothing), ``-top<D>`` (re-ranked to depth D) and
-    ``-on-<model label>`` (stacked on the zero-shot combination of ``--zero-shot-base``) or ``-or-<model label>``
-    (``--zero-shot-rule fallback``: that combination where the re-ranker's own is unproven).
+    ``-on-<model label>`` (stacked on the zero-shot combination of ``--zero-shot-base``), ``-or-<model label>``
+    (``--zero-shot-rule fallback``: that combination where the re-ranker's own is unproven) or ``-at-<model label>``
+    (``--zero-shot-rule anchor``: the re-ranker combined at that model's weight).
     """
     given = config.name is not None
     name = config.name or default_run_name(dataset, first_stage_label(config, first_stage), config.reranker, split)
@@ -159,5 +163,5 @@ def run_names(config: RunConfig, dataset: str, first_stage: str, split: str | No
         name += f"-top{depth}"
         alone = f"{alone}-top{depth}" if alone else None
     if config.zero_shot_base and not given:  # the re-ranker's own run is the same as without the base
-        name += ("-on-" if config.zero_shot_rule == "stack" else "-or-") + model_label(config.zero_shot_base)
+        name += RULE_JOINS[config.zero_shot_rule] + model_label(config.zero_shot_base)
     return name, alone

@@ -9,5 +9,8 @@ from __future__ import annotations
 STACK = "stack"
 #: step 2 combines the trained re-ranker with the first stage; unproven, the fold keeps the zero-shot combination
 FALLBACK = "fallback"
+#: step 2 combines the trained re-ranker with the first stage at step 1's weight: the zero-shot model's, tuned on
+#: every non-test query (for a re-ranker fine-tuned from the zero-shot model, whose scores it refines)
+ANCHOR = "anchor"
 #: the values of ``--zero-shot-rule``, the default first
-RULES = (STACK, FALLBACK)
+RULES = (STACK, FALLBACK, ANCHOR)

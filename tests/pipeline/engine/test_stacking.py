@@ -13,7 +13,7 @@ from pipeline.engine.context import FirstStageContext
 from pipeline.engine.fusion import interpolate
 from pipeline.engine.protocols import Fold
 from pipeline.engine.fusion import KEPT
-from pipeline.engine.stacking import FALLBACK, stack_on_zero_shot
+from pipeline.engine.stacking import ANCHOR, FALLBACK, stack_on_zero_shot
 from pipeline.engine.stages import rerank
 
 from helpers import Noise, graded_dataset
@@ -116,6 +116,30 @@ def test_fallback_keeps_the_zero_shot_combination_not_the_first_stage_where_the_
     assert same_order(stacked.final, stacked.zero_shot_combined) and not same_order(stacked.final, top)
 
 
+def test_anchor_gives_the_trained_model_the_zero_shot_weight_and_tunes_nothing_on_it():
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    trained = Counting(dataset, knows=True)
+    stacked, top = stack(dataset, Counting(dataset, knows=False), trained, folds, rule=ANCHOR)
+    assert stacked.rule == ANCHOR and not trained.scored  # no dev or training query scored to tune it
+    expected = {}
+    for fold in folds:
+        first, second = stacked.choices[fold.name]
+        assert second is first
+        tested = {q: top[q] for q in fold.test}
+        expected.update(interpolate(tested, rerank(trained, dataset, tested), first.weight))
+    assert same_order(stacked.final, expected)
+
+
+def test_anchor_with_an_informative_zero_shot_model_lets_the_trained_one_move_the_ranking():
+    dataset = graded_dataset(40)
+    folds = folds_of(dataset)
+    stacked, top = stack(dataset, Counting(dataset, knows=True), Counting(dataset, knows=False), folds, rule=ANCHOR)
+    assert all(first.weight < 1.0 for first, _ in stacked.choices.values())
+    # the noise model took the zero-shot model's share: the result is neither the zero-shot combination nor BM25
+    assert not same_order(stacked.final, stacked.zero_shot_combined) and not same_order(stacked.final, top)
+
+
 def test_an_unknown_stacking_rule_is_refused_before_any_scoring():
     dataset = graded_dataset(40)
     zero_shot = Counting(dataset, knows=True)
@@ -173,6 +197,23 @@ def test_the_command_falls_back_to_the_zero_shot_combination_from_an_empty_home(
     assert result.zero_shot_combined is not None and same_order(result.run, result.zero_shot_combined)
 
 
+def test_the_command_with_anchor_and_the_zero_shot_model_itself_gives_the_zero_shot_combination(monkeypatch,
+                                                                                                 tmp_path):
+    """The bi-encoder given the zero-shot checkpoint under ``anchor``: the same scores at the same weight, so the
+    result is the zero-shot combination, and the run is named for the rule."""
+    from pipeline.run import parse_config, run_pipeline
+
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))  # empty, as a new user's
+    dataset = graded_dataset(40)
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    result = run_pipeline(parse_config(["--dataset", "graded-toy", "--reranker", "bi-encoder", "--model",
+                                        "all-MiniLM-L6-v2", "--zero-shot-base", "all-MiniLM-L6-v2",
+                                        "--zero-shot-rule", "anchor", "--first-stage", "shipped", "--metrics",
+                                        "AP", "--output-dir", str(tmp_path / "runs")]))
+    assert "-at-" in result.run_path.stem and result.run_path.is_file()
+    assert result.zero_shot_combined is not None and same_order(result.run, result.zero_shot_combined)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--reranker", "none"], "--zero-shot-base needs --reranker"),
     (["--reranker", "knrm", "--interpolate", "0.3"], "it needs --interpolate auto"),
@@ -188,7 +229,9 @@ def test_stacking_without_a_re_ranker_or_a_tuned_weight_is_one_line_and_exit_2(e
 @pytest.mark.parametrize("extra, message", [
     (["--zero-shot-rule", "fallback"], "--zero-shot-rule fallback needs --zero-shot-base MODEL"),
     (["--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule", "replace"],
-     "--zero-shot-rule: expected stack or fallback, got 'replace'"),
+     "--zero-shot-rule: expected one of stack, fallback, anchor, got 'replace'"),
+    (["--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule", "anchor", "--reranker", "knrm"],
+     "--zero-shot-rule anchor gives the re-ranker the zero-shot model's weight"),
 ])
 def test_a_zero_shot_rule_without_a_base_or_unknown_is_one_line_and_exit_2(extra, message, capsys):
     from pipeline.run import main
