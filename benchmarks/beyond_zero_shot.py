@@ -39,11 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from beyond_zero_shot_tables import (DOCS, render_safe_table, render_three_way_table,  # noqa: E402
                                      render_versus_zero_shot_table)
 import effectiveness  # noqa: E402
+from anchor_rule_replay import anchor_summary  # noqa: E402
 from fallback_rule_replay import fallback_summary  # noqa: E402
 from paired_vs_zero_shot import paired_per_seed  # noqa: E402
 from safe_combination_measure import SIGNIFICANCE, measure, write_json  # noqa: E402
 from safe_rule_replay import safe_result  # noqa: E402
-from zero_shot_files import COLLECTIONS, FALLBACK_REPLAYS, SAFE_FILES, SUMMARY, THREE_WAY, load  # noqa: E402
+from zero_shot_files import ANCHOR_REPLAYS, COLLECTIONS, FALLBACK_REPLAYS, SAFE_FILES, SUMMARY, THREE_WAY, load  # noqa: E402
 
 
 def table_rows() -> list[dict]:
@@ -177,13 +178,17 @@ def three_way_summary(file: str) -> dict | None:
         return None
     gains = [seed for seed, three, two, p in zip(data["seeds"], data["three_way"], data["two_way"],
                                                  data["p_three_vs_two"]) if p < 0.05 and three > two]
-    def entered_fold(seed_model: dict) -> bool:  # fallback: its own combination kept (see FALLBACK_REPLAYS)
-        if data.get("rule", "stack") == "fallback":
+    rule = data.get("rule", "stack")
+
+    def entered_fold(seed_model: dict) -> bool:
+        if rule == "fallback":  # its own combination kept (see FALLBACK_REPLAYS)
             return seed_model["verdict"] == "kept"
+        if rule == "anchor":  # combined at the zero-shot model's weight, the first stage's share below 1
+            return seed_model["weight_of_first_stage"] < 1
         return seed_model["weight_of_two_way"] < 1
 
     entered = sum(entered_fold(fold["seed_model"]) for folds in data["folds"].values() for fold in folds)
-    return {"seed_model": data["seed_model"] + (" (fallback rule)" if data.get("rule") == "fallback" else ""),
+    return {"seed_model": data["seed_model"] + ("" if rule == "stack" else f" ({rule} rule)"),
             "file": file, "recipe": f"python {data['command']}",
             **({"partial": data["partial"]} if "partial" in data else {}),
             "seeds": data["seeds"], "two_way": round(data["mean"]["two_way"], 4),
@@ -265,6 +270,8 @@ def collection_summary(name: str, metric: str, zero_file: str | None, trained: l
         entry["best_trained_minus_zero_shot"] = round(best["mean"] - zero_mean, 4)
     three = [summary for summary in map(three_way_summary, THREE_WAY.get(name, [])) if summary is not None]
     three += [summary for summary in (fallback_summary(*entry) for entry in FALLBACK_REPLAYS.get(name, []))
+              if summary is not None]
+    three += [summary for summary in (anchor_summary(*entry) for entry in ANCHOR_REPLAYS.get(name, []))
               if summary is not None]
     if three:
         entry["three_way"] = three

@@ -55,7 +55,8 @@ def render_safe_table(summary: dict) -> str:
 def render_three_way_table(summary: dict) -> str:
     """The three-way table of BENCHMARKS.md (block ``three-way``), from the summary's ``three_way`` entries."""
     lines = ["| collection | metric | seed model | seeds | two-way: first stage + zero-shot bi-encoder | three-way: "
-             "+ the seed model (stacked; fallback rule: its own combination where proven, else the two-way) | per "
+             "+ the seed model (stacked; fallback rule: its own combination where proven, else the two-way; anchor "
+             "rule: its own combination at the two-way's weight) | per "
              "seed: three-way (paired p vs two-way) | folds where the seed model entered | file |",
              "|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["collections"]:

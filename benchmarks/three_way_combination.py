@@ -20,6 +20,8 @@ With ``--rule fallback`` (``--zero-shot-rule fallback`` of the command) step 2 i
 with the first stage, its weight chosen on the dev queries, taken only where its gain is proven (verdict
 ``kept``); elsewhere the fold keeps the two-way ranking. Meant for a seed model fine-tuned from the zero-shot one
 (``--reranker bi-encoder``); the result file's ``rule`` says which step 2 ran (a file without it: ``stack``).
+With ``--rule anchor`` step 2 is the seed model combined with the first stage at step 1's weight, nothing tuned on
+the dev queries (:data:`pipeline.engine.stacking.ANCHOR`, for the same fine-tuned bi-encoder).
 
 Reported: the main metric of both on the test queries, per seed, and the paired two-sided t-test of three-way
 against two-way; per-query values are kept. The zero-shot scores can be cached between invocations
@@ -202,7 +204,8 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--rule", choices=RULES, default=STACK,
                         help="step 2: the seed model on top of the two-way ranking (stack), or with the first stage "
-                             "where proven, else the two-way ranking (fallback; --zero-shot-rule of the command)")
+                             "where proven, else the two-way ranking (fallback), or with the first stage at the "
+                             "two-way ranking's weight (anchor); --zero-shot-rule of the command")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--score-cache", help="JSON file keeping the zero-shot bi-encoder's scores between runs")
     parser.add_argument("--output", help="the result file (required unless --train-only)")

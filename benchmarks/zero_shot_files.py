@@ -170,6 +170,25 @@ FALLBACK_REPLAYS = {
 }
 
 
+#: collection -> ``(fine-tuned bi-encoder's measure file, its row label, zero-shot safe file, real
+#: three_way_combination.py --rule anchor run or None)``: what ``anchor_rule_replay.py`` replays. Only a bi-encoder
+#: fine-tuned from the zero-shot model (the rule's premise: the same score scale), and only files that record
+#: every grid weight's test values: dl/2019-bi-encoder-in-batch.json does not (its DL19 row is the WiSE-FT ones')
+ANCHOR_REPLAYS = {
+    "Cranfield": [("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
+                   None)],
+    "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
+                 "vaswani/bi-encoder-zero-shot-safe.json", "vaswani/anchor-bi-encoder-bi-encoder-in-batch-bf16.json")],
+    "NFCorpus": [("nfcorpus/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
+                  "nfcorpus/bi-encoder-zero-shot-safe.json", None)],
+    "DL19": [(wise_ft_file(row), row, "dl/2019-bi-encoder-zero-shot-safe.json", None) for row in DL19_WISE_FT],
+    "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",
+              None)],
+    "DL21": [("dl/2021-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2021-bi-encoder-zero-shot-safe.json",
+              None)],
+}
+
+
 def fallback_entry(file: str) -> tuple[str, str, str, str | None]:
     """The :data:`FALLBACK_REPLAYS` entry of a trained model's ``measure`` file."""
     return next(entry for entries in FALLBACK_REPLAYS.values() for entry in entries if entry[0] == file)
