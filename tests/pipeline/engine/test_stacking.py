@@ -214,6 +214,38 @@ def test_the_command_with_anchor_and_the_zero_shot_model_itself_gives_the_zero_s
     assert result.zero_shot_combined is not None and same_order(result.run, result.zero_shot_combined)
 
 
+def test_the_command_fine_tunes_per_fold_and_anchors_each_fold_at_the_zero_shot_weight(monkeypatch, tmp_path,
+                                                                                       caplog):
+    """The user's road of ``--zero-shot-rule anchor`` (what ``--reranker auto`` runs on Cranfield): from an empty
+    home the bi-encoder is fine-tuned on each fold (a tiny encoder the test builds stands in for MiniLM, to keep
+    the test short) and each fold's test queries are its combination with the first stage at the weight logged for
+    the zero-shot model."""
+    import logging
+
+    from pipeline.engine.fusion import DEFAULT_GRID
+    from pipeline.run import parse_config, run_pipeline
+    from helpers import make_tiny_encoder
+
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))
+    encoder = make_tiny_encoder(tmp_path / "tiny")
+    dataset = graded_dataset(40)
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: dataset)
+    with caplog.at_level(logging.INFO, logger="pipeline.engine.stacking"):
+        result = run_pipeline(parse_config([
+            "--dataset", "graded-toy", "--reranker", "bi-encoder", "--set", f"encoder={encoder}",
+            "--set", "max_doc_length=16", "--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule", "anchor",
+            "--first-stage", "shipped", "--metrics", "AP", "--output-dir", str(tmp_path / "runs"), "--seed", "1"]))
+    assert "-at-" in result.run_path.stem and result.run_path.is_file()
+    assert list((tmp_path / "home").rglob("*.pt")), "no fold model was trained into the empty home"
+    weights = {float(record.getMessage().split("zero-shot model ")[1].split(" ")[0]) for record in caplog.records
+               if "trained re-ranker with the first stage at that weight" in record.getMessage()}
+    assert weights and weights <= set(DEFAULT_GRID)
+    for query_id, hits in result.run.items():
+        candidates = {query_id: dataset.first_stage[query_id]}
+        assert any([h.doc_id for h in hits] == [h.doc_id for h in interpolate(
+            candidates, {query_id: result.reranked[query_id]}, weight)[query_id]] for weight in weights), query_id
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--reranker", "none"], "--zero-shot-base needs --reranker"),
     (["--reranker", "knrm", "--interpolate", "0.3"], "it needs --interpolate auto"),
