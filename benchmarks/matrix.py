@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from effectiveness import tables_main  # noqa: E402
-from zero_shot_files import DL19_WISE_FT, wise_ft_file, wise_ft_label  # noqa: E402
+from zero_shot_files import ANCHOR_REPLAYS, DL19_WISE_FT, wise_ft_file, wise_ft_label  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "matrix"
@@ -75,6 +75,14 @@ class Source:
                     raise SystemExit(f"{self.file}: the fallback replay has {data['metric']} only, not {metric}")
                 replay = fallback_replay(data, load_json(zero_file), label)
                 return [sum(replay[seed]["fallback"].values()) / len(replay[seed]["fallback"])
+                        for seed in sorted(replay, key=int)]
+            if self.row == ANCHOR_ROW:  # --zero-shot-rule anchor, replayed by anchor_rule_replay.py
+                from anchor_rule_replay import anchor_replay
+
+                if metric != data["metric"]:
+                    raise SystemExit(f"{self.file}: the anchor replay has {data['metric']} only, not {metric}")
+                replay = anchor_replay(data, load_json(anchor_zero_file(self.file)))
+                return [sum(replay[seed]["anchor"].values()) / len(replay[seed]["anchor"])
                         for seed in sorted(replay, key=int)]
             if self.row.endswith("+safe"):
                 # the rule --interpolate auto applies now, replayed where the file records every weight's
@@ -158,6 +166,22 @@ STACKED_ROW = "three-way"
 FALLBACK = " + first stage where proven, else first stage + zero-shot bi-encoder (--zero-shot-rule fallback)"
 #: the row name of that replay (``fallback_rule_replay.fallback_replay``) in a fine-tuned ``measure`` file
 FALLBACK_ROW = "fallback (replayed)"
+#: a fine-tuned bi-encoder under ``--zero-shot-rule anchor``: its combination with the first stage at the zero-shot
+#: model's weight (``pipeline.engine.stacking``)
+ANCHOR = " + first stage at the zero-shot bi-encoder's weight (--zero-shot-rule anchor)"
+#: the row name of that replay (``anchor_rule_replay.anchor_replay``) in a fine-tuned ``measure`` file
+ANCHOR_ROW = "anchor (replayed)"
+
+
+def anchor_zero_file(file: str) -> str:
+    """The zero-shot safe file :data:`zero_shot_files.ANCHOR_REPLAYS` pairs with a fine-tuned ``measure`` file."""
+    return next(entry[2] for entries in ANCHOR_REPLAYS.values() for entry in entries if entry[0] == file)
+
+
+def _anchored(sources: dict[str, Source]) -> dict[str, Source]:
+    """The :data:`ANCHOR_ROW` cells of ``sources``' files that :data:`zero_shot_files.ANCHOR_REPLAYS` replays."""
+    replayed = {entry[0] for entries in ANCHOR_REPLAYS.values() for entry in entries}
+    return {key: Source(source.file, ANCHOR_ROW) for key, source in sources.items() if source.file in replayed}
 
 
 def _models(pattern: str, row: str, keys: list[str]) -> dict[str, Source]:
@@ -311,8 +335,11 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, STACKED, _fine_tuned_stacked(["dl19", "dl20", "nfcorpus", "vaswani", "cranfield"])),
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
                                        for key, source in _fine_tuned_bi_encoder("").items()}),
+    (FINE_TUNED_BI_ENCODER, ANCHOR, _anchored(_fine_tuned_bi_encoder(""))),
     *[(wise_ft_label(recipe), rule, {"dl19": Source(wise_ft_file(row), row + suffix)})
       for row, recipe in DL19_WISE_FT.items() for rule, suffix in ((ALONE, ""), (TUNED, "+interp"), (SAFE, "+safe"))],
+    *[(wise_ft_label(recipe), ANCHOR, _anchored({"dl19": Source(wise_ft_file(row), row)}))
+      for row, recipe in DL19_WISE_FT.items()],
     ("cross-encoder (MiniLM, 2 x 3,200 pairs)", STACKED,
      {key: source for key, source in {
          "mb2014": Source("microblog/2014-three-way-bi-encoder-cross-encoder.json", STACKED_ROW),

@@ -72,7 +72,7 @@ class StackedRuns:
     #: stage's in the trained model's combination, applied only when its verdict is ``KEPT``; under :data:`ANCHOR`
     #: step 2's choice is step 1's
     choices: dict[str, tuple[WeightChoice, WeightChoice]]
-    #: :data:`STACK` or :data:`FALLBACK`
+    #: :data:`STACK`, :data:`FALLBACK` or :data:`ANCHOR`
     rule: str = STACK
 
 

@@ -212,7 +212,8 @@ def named(dataset: Dataset, name: str, judged: bool = True) -> Dataset:
 @pytest.mark.parametrize("name, judged, expected", [
     ("my-collection", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
     ("my-collection", False, ("bi-encoder", "all-MiniLM-L6-v2", (), None, "UNJUDGED")),
-    ("cranfield", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
+    ("vaswani", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
+    ("cranfield", True, ("bi-encoder", None, ("amp=true",), None, None, "all-MiniLM-L6-v2", "anchor")),
     ("microblog", True, ("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
                          None, "all-MiniLM-L6-v2")),
     ("trecqa", True, ("none", None, (), None, None)),
@@ -221,14 +222,16 @@ def test_auto_takes_the_measured_pipeline_of_the_collection(name, judged, expect
     from pipeline.engine.config import RunConfig
     from pipeline.engine.presets import UNJUDGED_WEIGHT, resolve_auto
 
-    expected = (*expected, None)[:6]  # the zero-shot model the re-ranker is stacked on: none but where given
-    expected = expected[:4] + (str(UNJUDGED_WEIGHT) if expected[4] == "UNJUDGED" else expected[4], expected[5])
+    # the zero-shot model the re-ranker is stacked on and the rule: none and stack but where given
+    expected = (*expected, *(None, "stack")[len(expected) - 5:])
+    expected = expected[:4] + (str(UNJUDGED_WEIGHT) if expected[4] == "UNJUDGED" else expected[4], *expected[5:])
     config = resolve_auto(RunConfig(reranker="auto"), named(graded_dataset(10), name, judged))
     assert (config.reranker, config.model, config.overrides, config.k, config.interpolate,
-            config.zero_shot_base) == expected
+            config.zero_shot_base, config.zero_shot_rule) == expected
     # what the user gave is kept; a fixed weight leaves nothing to stack on
     kept = resolve_auto(RunConfig(reranker="auto", interpolate="0.7", k=50), named(graded_dataset(10), name, judged))
     assert kept.interpolate == "0.7" and kept.k == 50 and kept.zero_shot_base is None
+    assert kept.zero_shot_rule == "stack"
     assert resolve_auto(RunConfig(reranker="knrm"), graded_dataset(10)) == RunConfig(reranker="knrm")
 
 
