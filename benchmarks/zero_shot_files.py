@@ -129,7 +129,9 @@ COLLECTIONS = [
 THREE_WAY = {
     "Cranfield": ["cranfield/three-way-bi-encoder-knrm.json", "cranfield/three-way-bi-encoder-drmm.json",
                   "cranfield/three-way-bi-encoder-hcan.json", "cranfield/three-way-bi-encoder-cross-encoder-bf16.json",
-                  "cranfield/three-way-bi-encoder-bi-encoder-in-batch.json"],
+                  "cranfield/three-way-bi-encoder-bi-encoder-in-batch.json",
+                  # --rule anchor run for real with bf16 training (seeds 1-2), beside the float32 replay
+                  "cranfield/anchor-bi-encoder-bi-encoder-in-batch-bf16.json"],
     "Vaswani": ["vaswani/three-way-bi-encoder-knrm.json", "vaswani/three-way-bi-encoder-drmm.json",
                 "vaswani/three-way-bi-encoder-hcan.json",
                 "vaswani/three-way-bi-encoder-bi-encoder-in-batch-bf16.json"],

@@ -78,7 +78,8 @@ MEASURED: dict[str, Preset] = {
                         "the bi-encoder fine-tuned on the training folds (1 epoch, bf16 where the CPU has it), "
                         "combined with BM25 at the zero-shot model's weight (--zero-shot-rule anchor): AP .3428 vs "
                         ".3349 for BM25 + zero-shot bi-encoder, significant in 3 of 3 seeds (replayed, "
-                        "benchmarks/anchor_rule_replay.py), BM25 .2812",
+                        "benchmarks/anchor_rule_replay.py; run with bf16 training, seeds 1-2: .3444 / .3417), "
+                        "BM25 .2812; ~1.5 h on one thread",
                         zero_shot_base=ZERO_SHOT_MODEL, zero_shot_rule=ANCHOR),
     "trecqa": Preset("none", evidence="the shipped order (AP .9368, correct answers first) is above every "
                                       "re-ranker measured (bi-encoder .7667, HCAN .6996)"),
