@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from effectiveness import tables_main  # noqa: E402
-from zero_shot_files import ANCHOR_REPLAYS, DL19_WISE_FT, wise_ft_file, wise_ft_label  # noqa: E402
+from zero_shot_files import ANCHOR_REPLAYS, DL19_WISE_FT, anchor_entry, wise_ft_file, wise_ft_label  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "matrix"
@@ -81,7 +81,7 @@ class Source:
 
                 if metric != data["metric"]:
                     raise SystemExit(f"{self.file}: the anchor replay has {data['metric']} only, not {metric}")
-                replay = anchor_replay(data, load_json(anchor_zero_file(self.file)))
+                replay = anchor_replay(data, load_json(anchor_entry(self.file)[2]))
                 return [sum(replay[seed]["anchor"].values()) / len(replay[seed]["anchor"])
                         for seed in sorted(replay, key=int)]
             if self.row.endswith("+safe"):
@@ -171,11 +171,6 @@ FALLBACK_ROW = "fallback (replayed)"
 ANCHOR = " + first stage at the zero-shot bi-encoder's weight (--zero-shot-rule anchor)"
 #: the row name of that replay (``anchor_rule_replay.anchor_replay``) in a fine-tuned ``measure`` file
 ANCHOR_ROW = "anchor (replayed)"
-
-
-def anchor_zero_file(file: str) -> str:
-    """The zero-shot safe file :data:`zero_shot_files.ANCHOR_REPLAYS` pairs with a fine-tuned ``measure`` file."""
-    return next(entry[2] for entries in ANCHOR_REPLAYS.values() for entry in entries if entry[0] == file)
 
 
 def _anchored(sources: dict[str, Source]) -> dict[str, Source]:

@@ -191,6 +191,11 @@ ANCHOR_REPLAYS = {
 }
 
 
+def anchor_entry(file: str) -> tuple[str, str, str, str | None]:
+    """The :data:`ANCHOR_REPLAYS` entry of a fine-tuned bi-encoder's ``measure`` file."""
+    return next(entry for entries in ANCHOR_REPLAYS.values() for entry in entries if entry[0] == file)
+
+
 def fallback_entry(file: str) -> tuple[str, str, str, str | None]:
     """The :data:`FALLBACK_REPLAYS` entry of a trained model's ``measure`` file."""
     return next(entry for entries in FALLBACK_REPLAYS.values() for entry in entries if entry[0] == file)
