@@ -12,14 +12,13 @@ read, not recomputed. Where a real ``three_way_combination.py --rule anchor`` ru
 """
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired_vs_zero_shot import paired_per_seed  # noqa: E402
+from paired_vs_zero_shot import checked_against_run, paired_per_seed, replayed_against_two_way  # noqa: E402
 from safe_rule_replay import safe_result  # noqa: E402
 from zero_shot_files import ANCHOR_REPLAYS, load  # noqa: E402
 
@@ -81,9 +80,6 @@ def anchor_summary(file: str, label: str, zero_file: str, run_file: str | None) 
         return None
     replay = anchor_replay(trained, zero)
     seeds = sorted(replay, key=int)
-    three = [statistics.mean(replay[s]["anchor"].values()) for s in seeds]
-    two = [statistics.mean(replay[s]["two_way"].values()) for s in seeds]
-    pvalues, _, _ = paired_per_seed({s: replay[s]["anchor"] for s in seeds}, {s: replay[s]["two_way"] for s in seeds})
     first_runs = {seed: {q: v for fold in folds for q, v in fold["test_values"]["1.0"].items()}
                   for seed, folds in trained["folds"].items()}
     p_first, minus_first, _ = paired_per_seed({s: replay[s]["anchor"] for s in seeds}, first_runs)
@@ -93,12 +89,8 @@ def anchor_summary(file: str, label: str, zero_file: str, run_file: str | None) 
                           "zero-shot model's weight per fold, tuned on every non-test query, and its safe "
                           "combination): pipeline.engine.stacking ANCHOR, what --zero-shot-base all-MiniLM-L6-v2 "
                           "--zero-shot-rule anchor runs"),
-               "seeds": [int(s) for s in seeds], "two_way": round(statistics.mean(two), 4),
-               "three_way": round(statistics.mean(three), 4),
-               "three_way_per_seed": [round(v, 4) for v in three], "two_way_per_seed": [round(v, 4) for v in two],
-               "p_three_vs_two": pvalues,
-               "significant_gain_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a > b],
-               "significant_loss_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a < b],
+               **replayed_against_two_way({s: replay[s]["anchor"] for s in seeds},
+                                          {s: replay[s]["two_way"] for s in seeds}),
                "p_vs_first_stage": p_first, "minus_first_stage_per_seed": minus_first,
                "below_first_stage_seeds": [int(s) for s, d, p in zip(seeds, minus_first, p_first) if p < 0.05 and d < 0],
                "weights_of_first_stage": {s: replay[s]["weights"] for s in seeds},
@@ -106,10 +98,7 @@ def anchor_summary(file: str, label: str, zero_file: str, run_file: str | None) 
                "folds": sum(len(trained["folds"][s]) for s in seeds)}
     run = load(run_file) if run_file else None
     if run is not None:
-        summary["checked_against_run"] = {
-            "file": run_file, "max_abs_difference_per_seed": {
-                seed: round(max(abs(values[q] - replay[seed]["anchor"][q]) for q in values), 6)
-                for seed, values in run["per_query"]["three_way"].items()}}
+        summary["checked_against_run"] = checked_against_run(run_file, run, {s: replay[s]["anchor"] for s in seeds})
     return summary
 
 

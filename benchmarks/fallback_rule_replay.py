@@ -6,14 +6,13 @@ replay is checked against it query by query.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired_vs_zero_shot import paired_per_seed  # noqa: E402
+from paired_vs_zero_shot import checked_against_run, replayed_against_two_way  # noqa: E402
 from safe_rule_replay import safe_result  # noqa: E402
 from zero_shot_files import load  # noqa: E402
 
@@ -68,26 +67,16 @@ def fallback_summary(file: str, label: str, zero_file: str, run_file: str | None
         return None
     replay = fallback_replay(trained, zero, label)
     seeds = sorted(replay, key=int)
-    three = [statistics.mean(replay[s]["fallback"].values()) for s in seeds]
-    two = [statistics.mean(replay[s]["two_way"].values()) for s in seeds]
-    pvalues, _, _ = paired_per_seed({s: replay[s]["fallback"] for s in seeds}, {s: replay[s]["two_way"] for s in seeds})
     summary = {"seed_model": f"{label} (fallback rule)", "file": file, "rule": "fallback",
                "recipe": f"python {trained['command']}",
                "source": (f"replayed from {file} (the trained model's dev evidence and per-weight test values) and "
                           f"{zero_file} (the zero-shot safe combination of the same folds): pipeline.engine.stacking "
                           "FALLBACK, what --zero-shot-base all-MiniLM-L6-v2 --zero-shot-rule fallback runs"),
-               "seeds": [int(s) for s in seeds], "two_way": round(statistics.mean(two), 4),
-               "three_way": round(statistics.mean(three), 4),
-               "three_way_per_seed": [round(v, 4) for v in three], "two_way_per_seed": [round(v, 4) for v in two],
-               "p_three_vs_two": pvalues,
-               "significant_gain_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a > b],
-               "significant_loss_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a < b],
+               **replayed_against_two_way({s: replay[s]["fallback"] for s in seeds},
+                                          {s: replay[s]["two_way"] for s in seeds}),
                "folds_where_the_seed_model_entered": sum(replay[s]["kept"] for s in seeds),
                "folds": sum(len(trained["folds"][s]) for s in seeds)}
     run = load(run_file) if run_file else None
     if run is not None:
-        summary["checked_against_run"] = {
-            "file": run_file, "max_abs_difference_per_seed": {
-                str(seed): round(max(abs(values[q] - replay[str(seed)]["fallback"][q]) for q in values), 6)
-                for seed, values in ((int(s), v) for s, v in run["per_query"]["three_way"].items())}}
+        summary["checked_against_run"] = checked_against_run(run_file, run, {s: replay[s]["fallback"] for s in seeds})
     return summary

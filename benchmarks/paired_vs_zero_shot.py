@@ -45,6 +45,31 @@ def paired_per_seed(trained_runs: dict, zero_runs: dict) -> tuple[list, list, li
     return pvalues, deltas, seeds
 
 
+def replayed_against_two_way(replayed: dict, two_way: dict) -> dict:
+    """The fields a replayed rule's row shares with :func:`beyond_zero_shot.three_way_summary`, from per-seed
+    per-query values (``{seed: {query: value}}``) of the replayed ranking and of the two-way (zero-shot)
+    combination of the same queries: the seeds, both means overall and per seed, the paired two-sided p per seed,
+    and the seeds significantly above / below (p < .05)."""
+    seeds = sorted(replayed, key=int)
+    three = [statistics.mean(replayed[s].values()) for s in seeds]
+    two = [statistics.mean(two_way[s].values()) for s in seeds]
+    pvalues, _, _ = paired_per_seed({s: replayed[s] for s in seeds}, {s: two_way[s] for s in seeds})
+    return {"seeds": [int(s) for s in seeds], "two_way": round(statistics.mean(two), 4),
+            "three_way": round(statistics.mean(three), 4),
+            "three_way_per_seed": [round(v, 4) for v in three], "two_way_per_seed": [round(v, 4) for v in two],
+            "p_three_vs_two": pvalues,
+            "significant_gain_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a > b],
+            "significant_loss_seeds": [int(s) for s, a, b, p in zip(seeds, three, two, pvalues) if p < 0.05 and a < b]}
+
+
+def checked_against_run(run_file: str, run: dict, replayed: dict) -> dict:
+    """The check of a replay (``{seed: {query: value}}``) against a real ``three_way_combination.py`` run of the
+    same rule: per seed the run holds, the largest per-query difference (0: the same values)."""
+    return {"file": run_file, "max_abs_difference_per_seed": {
+        seed: round(max(abs(value - replayed[seed][q]) for q, value in values.items()), 6)
+        for seed, values in run["per_query"]["three_way"].items()}}
+
+
 def compare(trained: dict, zero_shot: dict, zero_row: str = ZERO_SHOT_ROW) -> list[dict]:
     """One entry per (trained row, seed): mean, difference from the zero-shot row, paired two-sided p-value.
 

@@ -4,22 +4,14 @@ are not the same are refused, and where a real ``three_way_combination.py --rule
 gives its per-query values."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def script():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("anchor_rule_replay", ROOT / "benchmarks" / "anchor_rule_replay.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("anchor_rule_replay")  # it puts benchmarks/ on the path (zero_shot_files below)
 
 
 def zero_fold(name, tests, tuned, p_value, gain=0.05, queries=180):

@@ -118,7 +118,6 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
     final: Run = {}
     choices: dict[str, tuple[WeightChoice, WeightChoice]] = {}
     for fold in folds:
-        model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
         queries = tuning[fold.name]
         base = choose_weight({q: candidates[q] for q in queries}, {q: zero_scores[q] for q in queries},
                              dataset.qrels, metric)
@@ -132,6 +131,7 @@ def stack_on_zero_shot(folds: Sequence, zero_shot, reranker, dataset: Dataset, c
             log.info("fold %s: zero-shot model %.2f (%s); trained re-ranker with the first stage at that weight",
                      fold.name, base.weight, base.describe())
             continue
+        model = reranker.models[fold.test[0]] if hasattr(reranker, "models") else reranker
         seed_queries = tuning_queries(fold, given_model)
         seed_first = {q: candidates[q] for q in seed_queries}
         seeded = rerank(model, dataset, seed_first)
