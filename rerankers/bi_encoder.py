@@ -26,9 +26,20 @@ Choices:
   text), so re-ranking encodes each document once; a training step clears the cache.
 * Training keeps the pre-trained weights when no epoch beats them on the dev queries
   (``dev_at_start``, on by default here): fine-tuning on a few dozen queries can make a good encoder worse.
+* ``--set train_side=query`` fine-tunes the query encoder only, against a frozen copy of the pre-trained
+  encoder for the documents: DensePhrases' query-side fine-tuning (Lee et al., "Learning Dense
+  Representations of Phrases at Scale", ACL 2021, arXiv:2012.12624, section 4.3), which adapts a dense
+  retriever to a new collection without re-encoding it. Here it also makes training cheap: a document is
+  encoded once, without gradients, and its vector is reused by every later batch and by the dev scoring
+  (the cache is not cleared when the weights change, since the document side never does); only the short
+  queries go through the backward pass. The document vectors stay exactly the pre-trained model's, so the
+  fine-tuned scores stay on the zero-shot model's scale (``--zero-shot-rule anchor``). The model holds
+  both encoders; ``save_pretrained`` writes the query encoder as the export's encoder and the document
+  encoder to ``bi_encoder_documents.safetensors``.
 """
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +56,14 @@ from infra.encoders import pretrained_config
 from .lru import LRUCache
 from .transformer_base import TransformerReranker, pad_ids, unique_rows
 
-__all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker"]
+__all__ = ["BiEncoderConfig", "BiEncoderModel", "BiEncoderReranker", "TRAIN_SIDES"]
 
 log = logging.getLogger(__name__)
+
+#: what fine-tuning changes: both sides (one shared encoder), or the query side only (documents frozen)
+TRAIN_SIDES = ("both", "query")
+#: the export file of a query-side model's frozen document encoder
+DOCUMENT_ENCODER_FILE = "bi_encoder_documents.safetensors"
 
 
 @dataclass
@@ -55,26 +71,58 @@ class BiEncoderConfig:
     """Options of the bi-encoder (``--set scale=...``)."""
 
     scale: float = 20.0
+    train_side: str = "both"
 
     def __post_init__(self):
         if self.scale <= 0:
             raise PipelineError(f"scale must be > 0, got {self.scale}")
+        if self.train_side not in TRAIN_SIDES:
+            raise PipelineError(f"train_side must be one of {', '.join(TRAIN_SIDES)}, got {self.train_side!r}")
 
 
 class BiEncoderModel(nn.Module):
-    """Encoder, mean pooling over real tokens, L2 normalisation; ``forward`` scores pairs by scaled cosine."""
+    """Encoder, mean pooling over real tokens, L2 normalisation; ``forward`` scores pairs by scaled cosine.
+
+    With ``train_side="query"`` the documents go through ``doc_encoder``, a frozen copy of the encoder as
+    it was built (no gradients, always in eval mode); otherwise ``doc_encoder`` is ``None`` and both sides
+    share ``encoder``.
+    """
 
     def __init__(self, encoder: nn.Module, config: BiEncoderConfig):
         super().__init__()
         self.encoder = encoder
         self.scale = config.scale
+        self.doc_encoder = None
+        if config.train_side == "query":
+            self.doc_encoder = copy.deepcopy(encoder).requires_grad_(False).eval()
 
-    def embed(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-        """Unit vectors ``[N, d]`` of texts ``ids [N, L]`` (``attention`` True = real token)."""
-        states = self.encoder(input_ids=ids, attention_mask=attention.long()).last_hidden_state
+    def train(self, mode: bool = True):
+        """Set training mode, except for a frozen document encoder, which stays in eval mode (no dropout:
+        its vectors are cached across training steps)."""
+        super().train(mode)
+        if self.doc_encoder is not None:
+            self.doc_encoder.eval()
+        return self
+
+    @staticmethod
+    def _pooled(encoder: nn.Module, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        states = encoder(input_ids=ids, attention_mask=attention.long()).last_hidden_state
         weights = attention.unsqueeze(-1).to(states.dtype)
         pooled = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
         return F.normalize(pooled, dim=-1)
+
+    def embed(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        """Unit vectors ``[N, d]`` of query texts ``ids [N, L]`` (``attention`` True = real token); with both
+        sides trained, of any text."""
+        return self._pooled(self.encoder, ids, attention)
+
+    def embed_docs(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        """Unit vectors ``[N, d]`` of document texts: by the frozen document encoder (without gradients)
+        where there is one, else as :meth:`embed`."""
+        if self.doc_encoder is None:
+            return self.embed(ids, attention)
+        with torch.no_grad():
+            return self._pooled(self.doc_encoder, ids, attention)
 
     def match(self, queries: torch.Tensor, query_index: torch.Tensor, docs: torch.Tensor,
               doc_index: torch.Tensor) -> torch.Tensor:
@@ -85,7 +133,7 @@ class BiEncoderModel(nn.Module):
     def forward(self, query_ids, query_attention, query_index, doc_ids, doc_attention, doc_index):
         """Scores ``[B]`` of the pairs of unique queries and documents."""
         return self.match(self.embed(query_ids, query_attention), query_index,
-                          self.embed(doc_ids, doc_attention), doc_index)
+                          self.embed_docs(doc_ids, doc_attention), doc_index)
 
 
 class BiEncoderReranker(TransformerReranker):
@@ -150,8 +198,15 @@ class BiEncoderReranker(TransformerReranker):
             batch[f"{side}_index"] = torch.tensor(index, dtype=torch.long)
         return batch
 
+    @property
+    def pretrained_head_file(self) -> str | None:
+        """The export file of the weights outside the (query) encoder: the frozen document encoder of a
+        query-side model, none otherwise."""
+        return DOCUMENT_ENCODER_FILE if self.model_config.train_side == "query" else None
+
     def forward(self, batch):
-        """Scores of an encoded batch; without gradients, document vectors come from the cache where present.
+        """Scores of an encoded batch. Document vectors come from the cache where present whenever they
+        carry no gradient: without gradients, and always for a query-side model (its documents are frozen).
 
         Args:
             batch: what :meth:`encode` returned.
@@ -161,11 +216,19 @@ class BiEncoderReranker(TransformerReranker):
         """
         module = self.module
         tensors = self.tensors(batch)
-        if module.training or torch.is_grad_enabled() or self.encoder_config.doc_cache_size <= 0:
+        frozen_docs = module.doc_encoder is not None
+        if not frozen_docs and (module.training or torch.is_grad_enabled()
+                                or self.encoder_config.doc_cache_size <= 0):
             if module.training:
                 self.clear_cache()  # the weights are about to change
             return module(**tensors)
         queries = module.embed(tensors["query_ids"], tensors["query_attention"])
+        return module.match(queries, tensors["query_index"], self._cached_doc_vectors(batch, tensors),
+                            tensors["doc_index"])
+
+    def _cached_doc_vectors(self, batch, tensors) -> torch.Tensor:
+        """``[D, d]`` vectors of the batch's unique documents (float32), encoding only those not cached."""
+        module = self.module
         keys = batch["doc_keys"]
         vectors = [self._doc_vectors.get(key) for key in keys]
         missing = [i for i, vector in enumerate(vectors) if vector is None]
@@ -173,11 +236,11 @@ class BiEncoderReranker(TransformerReranker):
             rows = torch.tensor(missing, device=tensors["doc_ids"].device)
             attention = tensors["doc_attention"][rows]
             width = int(attention.sum(dim=1).max())
-            fresh = module.embed(tensors["doc_ids"][rows, :width], attention[:, :width])
+            fresh = module.embed_docs(tensors["doc_ids"][rows, :width], attention[:, :width]).float()
             for row, i in enumerate(missing):
                 vectors[i] = fresh[row]
                 self._doc_vectors.put(keys[i], fresh[row])
-        return module.match(queries, tensors["query_index"], torch.stack(vectors), tensors["doc_index"])
+        return torch.stack(vectors)
 
     @classmethod
     def load(cls, path) -> "BiEncoderReranker":

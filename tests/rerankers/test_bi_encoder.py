@@ -105,3 +105,49 @@ def test_zero_shot_load_by_encoder_name_and_checkpoint_round_trip(tiny_encoder, 
     path = tmp_path / "bi.pt"
     zero_shot.save(path)
     assert BiEncoderReranker.load(path).score(QUERY, DOCS) == pytest.approx(zero_shot.score(QUERY, DOCS), abs=1e-6)
+
+
+def test_query_side_training_moves_only_the_query_encoder_and_caches_documents_once(tiny_encoder, tmp_path):
+    dataset = tiny_dataset(WORDS, seed=3, num_queries=12)
+    ids = list(dataset.queries)
+    train = RankingData.from_dataset(dataset, ids[:8], dataset.first_stage)
+    learner = make(tiny_encoder, train_side="query", epochs=6, learning_rate=1e-3, negatives=3, batch_size=16,
+                   warmup=0.0, dev_at_start=False, max_doc_length=8)
+    frozen = {k: v.clone() for k, v in learner.module.doc_encoder.state_dict().items()}
+    assert learner.module.encoder.state_dict().keys() == frozen.keys()
+    before = relevant_wins(learner, train)
+    encoded = []
+    original = learner.module.embed_docs
+    learner.module.embed_docs = lambda ids, attention: encoded.append(len(ids)) or original(ids, attention)
+    learner.fit(train)
+    del learner.module.embed_docs
+    assert relevant_wins(learner, train) >= max(before, 6)
+    # every document vector was computed once, without gradients, and reused by every later step
+    assert sum(encoded) == 8 * 4  # the 8 training queries' 4 candidates each, over 6 epochs
+    after = learner.module.doc_encoder.state_dict()
+    assert all(torch.equal(after[k], frozen[k]) for k in frozen)                 # documents: untouched
+    assert not all(torch.equal(learner.module.encoder.state_dict()[k], frozen[k]) for k in frozen)  # queries moved
+    # the documents get the zero-shot model's vectors; only the query vector differs
+    zero_shot = make(tiny_encoder, max_doc_length=8)
+    tensors = zero_shot.tensors(zero_shot.encode([(QUERY, doc) for doc in DOCS]))
+    with torch.no_grad():
+        expected = zero_shot.module.embed(tensors["doc_ids"], tensors["doc_attention"])
+        found = learner.module.embed_docs(tensors["doc_ids"], tensors["doc_attention"])
+        queries = [m.module.embed(tensors["query_ids"], tensors["query_attention"]) for m in (learner, zero_shot)]
+    assert torch.allclose(found, expected, atol=1e-6)
+    assert not torch.allclose(*queries, atol=1e-4)
+    path = tmp_path / "query-side.pt"
+    learner.save(path)
+    loaded = BiEncoderReranker.load(path)
+    assert loaded.model_config.train_side == "query"
+    assert loaded.score(QUERY, DOCS) == pytest.approx(learner.score(QUERY, DOCS), abs=1e-5)
+    exported = loaded.save_pretrained(tmp_path / "export")
+    assert (exported / "bi_encoder_documents.safetensors").is_file()
+    assert BiEncoderReranker.load(exported).score(QUERY, DOCS) == pytest.approx(learner.score(QUERY, DOCS), abs=1e-5)
+
+
+def test_train_side_must_be_known(tiny_encoder):
+    from pipeline.core.errors import PipelineError
+
+    with pytest.raises(PipelineError, match="train_side must be one of both, query"):
+        make(tiny_encoder, train_side="documents")
