@@ -214,12 +214,13 @@ def test_the_command_with_anchor_and_the_zero_shot_model_itself_gives_the_zero_s
     assert result.zero_shot_combined is not None and same_order(result.run, result.zero_shot_combined)
 
 
+@pytest.mark.parametrize("train_side", [[], ["--set", "train_side=query"]], ids=["both-sides", "query-side"])
 def test_the_command_fine_tunes_per_fold_and_anchors_each_fold_at_the_zero_shot_weight(monkeypatch, tmp_path,
-                                                                                       caplog):
+                                                                                       caplog, train_side):
     """The user's road of ``--zero-shot-rule anchor`` (what ``--reranker auto`` runs on Cranfield): from an empty
     home the bi-encoder is fine-tuned on each fold (a tiny encoder the test builds stands in for MiniLM, to keep
-    the test short) and each fold's test queries are its combination with the first stage at the weight logged for
-    the zero-shot model."""
+    the test short), both sides by default or the query side only, and each fold's test queries are its
+    combination with the first stage at the weight logged for the zero-shot model."""
     import logging
 
     from pipeline.engine.fusion import DEFAULT_GRID
@@ -233,10 +234,14 @@ def test_the_command_fine_tunes_per_fold_and_anchors_each_fold_at_the_zero_shot_
     with caplog.at_level(logging.INFO, logger="pipeline.engine.stacking"):
         result = run_pipeline(parse_config([
             "--dataset", "graded-toy", "--reranker", "bi-encoder", "--set", f"encoder={encoder}",
-            "--set", "max_doc_length=16", "--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule", "anchor",
-            "--first-stage", "shipped", "--metrics", "AP", "--output-dir", str(tmp_path / "runs"), "--seed", "1"]))
+            "--set", "max_doc_length=16", *train_side, "--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule",
+            "anchor", "--first-stage", "shipped", "--metrics", "AP", "--output-dir", str(tmp_path / "runs"),
+            "--seed", "1"]))
     assert "-at-" in result.run_path.stem and result.run_path.is_file()
-    assert list((tmp_path / "home").rglob("*.pt")), "no fold model was trained into the empty home"
+    models = list((tmp_path / "home").rglob("*.pt"))
+    assert models, "no fold model was trained into the empty home"
+    from rerankers.bi_encoder import BiEncoderReranker
+    assert BiEncoderReranker.load(models[0]).model_config.train_side == ("query" if train_side else "both")
     weights = {float(record.getMessage().split("zero-shot model ")[1].split(" ")[0]) for record in caplog.records
                if "trained re-ranker with the first stage at that weight" in record.getMessage()}
     assert weights and weights <= set(DEFAULT_GRID)
