@@ -178,10 +178,16 @@ FALLBACK_REPLAYS = {
 #: every grid weight's test values: dl/2019-bi-encoder-in-batch.json does not (its DL19 row is the WiSE-FT ones')
 ANCHOR_REPLAYS = {
     "Cranfield": [("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch", "cranfield/bi-encoder-zero-shot-safe.json",
-                   None)],
+                   None),
+                  ("cranfield/bi-encoder-query-side-bf16.json", "bi-encoder-query-side-bf16",
+                   "cranfield/bi-encoder-zero-shot-safe.json", None)],
     "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
-                 "vaswani/bi-encoder-zero-shot-safe.json", "vaswani/anchor-bi-encoder-bi-encoder-in-batch-bf16.json")],
+                 "vaswani/bi-encoder-zero-shot-safe.json", "vaswani/anchor-bi-encoder-bi-encoder-in-batch-bf16.json"),
+                ("vaswani/bi-encoder-query-side-bf16.json", "bi-encoder-query-side-bf16",
+                 "vaswani/bi-encoder-zero-shot-safe.json", None)],
     "NFCorpus": [("nfcorpus/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
+                  "nfcorpus/bi-encoder-zero-shot-safe.json", None),
+                 ("nfcorpus/bi-encoder-query-side-bf16.json", "bi-encoder-query-side-bf16",
                   "nfcorpus/bi-encoder-zero-shot-safe.json", None)],
     "DL19": [(wise_ft_file(row), row, "dl/2019-bi-encoder-zero-shot-safe.json", None) for row in DL19_WISE_FT],
     "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",
