@@ -23,7 +23,8 @@ Choices:
 * ``scale`` (20, sentence-transformers' default for that loss) multiplies the cosine in training and in
   scoring; it changes no ranking, only the temperature of the softmax.
 * Document vectors are cached in evaluation mode (an LRU of ``doc_cache_size`` documents, keyed by id and
-  text), so re-ranking encodes each document once; a training step clears the cache.
+  text), so re-ranking encodes each document once; a training step clears the cache (unless only the
+  query side is trained, below).
 * Training keeps the pre-trained weights when no epoch beats them on the dev queries
   (``dev_at_start``, on by default here): fine-tuning on a few dozen queries can make a good encoder worse.
 * ``--set train_side=query`` fine-tunes the query encoder only, against a frozen copy of the pre-trained

@@ -226,6 +226,7 @@ def test_the_command_fine_tunes_per_fold_and_anchors_each_fold_at_the_zero_shot_
     from pipeline.engine.fusion import DEFAULT_GRID
     from pipeline.run import parse_config, run_pipeline
     from helpers import make_tiny_encoder
+    from rerankers.bi_encoder import BiEncoderReranker
 
     monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))
     encoder = make_tiny_encoder(tmp_path / "tiny")
@@ -240,7 +241,6 @@ def test_the_command_fine_tunes_per_fold_and_anchors_each_fold_at_the_zero_shot_
     assert "-at-" in result.run_path.stem and result.run_path.is_file()
     models = list((tmp_path / "home").rglob("*.pt"))
     assert models, "no fold model was trained into the empty home"
-    from rerankers.bi_encoder import BiEncoderReranker
     assert BiEncoderReranker.load(models[0]).model_config.train_side == ("query" if train_side else "both")
     weights = {float(record.getMessage().split("zero-shot model ")[1].split(" ")[0]) for record in caplog.records
                if "trained re-ranker with the first stage at that weight" in record.getMessage()}
