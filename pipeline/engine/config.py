@@ -119,7 +119,9 @@ class RunConfig:
                                         "(repeatable)", TRAINING, flag="--set", metavar="NAME=VALUE")
     config_file: str | None = option(None, "JSON/YAML file of model options (--set wins)", TRAINING,
                                      flag="--config", metavar="CONFIG")
-    folds: int = option(5, "k for k-fold training on datasets without splits (at least 2)", TRAINING)
+    folds: int = option(5, "k for k-fold training on datasets without splits (at least 2 to re-rank; "
+                           "pipeline.train --folds 1: one model on every judged query, for --model on another "
+                           "collection)", TRAINING)
     retrain: bool = option(False, "train even when a cached model exists", TRAINING)
     model: str | None = option(None, "re-rank with this saved model (e.g. trained on another dataset) instead "
                                "of training", TRAINING, metavar="CHECKPOINT")
@@ -187,7 +189,7 @@ class RunConfig:
         if self.name is not None:
             check_run_name(self.name)
         at_least("--threads", self.threads, 0)
-        at_least("--folds", self.folds, 2)
+        at_least("--folds", self.folds, 1)
         if self.interpolate is not None:
             parse_interpolation(self.interpolate)
         at_least("--batch-size", self.batch_size, 1)

@@ -104,6 +104,10 @@ def plan_run(config: RunConfig, dataset: Dataset) -> RunPlan:
     else:
         folds = make_protocol(dataset, split, config.seed, config.folds)
         tested = {q for fold in folds for q in fold.test}
+        if not tested and config.folds == 1:
+            raise ConfigError("--folds 1 trains one model on every judged query and re-ranks none (python -m "
+                              "pipeline.train, then --model on another collection); a run needs --folds 2 or more, "
+                              "so that each query is re-ranked by a model that never saw it")
         queries = [q for qid, q in dataset.queries.items() if qid in tested]
         if weight == "auto":
             check_tunable(folds, dataset.qrels)

@@ -46,23 +46,39 @@ def hold_out(query_ids: Sequence[str], fraction: float, seed: int) -> tuple[list
     return sorted(ordered[count:]), sorted(ordered[:count])
 
 
+#: the name of the one fold of ``--folds 1``: every query trains (or validates) one model, none is tested
+ALL_QUERIES = "all"
+
+
 def kfold(query_ids: Sequence[str], k: int, seed: int, dev_fraction: float = 0.15) -> list[Fold]:
     """``k`` folds by query; each fold's model trains on the other folds minus ``dev_fraction`` held out.
 
+    ``k = 1`` is one model trained on every query but the ``dev_fraction`` held out for early stopping, testing
+    none (the fold :data:`ALL_QUERIES`): what ``pipeline.train --folds 1`` trains for ``--model`` on another
+    collection, e.g. NFCorpus's dev queries for its test queries (docs/bi-encoder-fine-tuning.md).
+
     Args:
         query_ids: the queries.
-        k: the number of folds (at least 2, at most the number of queries).
+        k: the number of folds (at least 1, at most the number of queries).
         seed: the shuffle's seed.
         dev_fraction: the share of each fold's training queries held out for early stopping.
 
     Returns:
-        The folds, ``fold1ofK`` .. ``foldKofK``; every query is tested in exactly one.
+        The folds, ``fold1ofK`` .. ``foldKofK``; every query is tested in exactly one (``k = 1``: the one fold
+        :data:`ALL_QUERIES`, testing none).
 
     Raises:
-        ConfigError: ``k`` < 2 or fewer queries than folds.
+        ConfigError: ``k`` < 1 or fewer queries than folds.
+
+    Example:
+        >>> [(f.name, len(f.train), len(f.dev), len(f.test)) for f in kfold([f"q{i}" for i in range(20)], 1, seed=1)]
+        [('all', 17, 3, 0)]
     """
-    if k < 2 or len(query_ids) < k:
-        raise ConfigError(f"--folds: k-fold needs k >= 2 and at least k queries (k={k}, {len(query_ids)} queries)")
+    if k < 1 or len(query_ids) < k:
+        raise ConfigError(f"--folds: k-fold needs k >= 1 and at least k queries (k={k}, {len(query_ids)} queries)")
+    if k == 1:
+        train, dev = hold_out(query_ids, dev_fraction, seed)
+        return [Fold(ALL_QUERIES, train, dev, [])]
     ordered = sorted(query_ids)
     random.Random(seed).shuffle(ordered)
     folds = []

@@ -169,6 +169,16 @@ def test_kfold_tests_every_query_once_and_keeps_splits_disjoint():
         assert set(fold.train) | set(fold.dev) | set(fold.test) == set(queries)
 
 
+def test_one_fold_trains_on_every_query_but_a_held_out_share_and_tests_none():
+    queries = [f"q{i}" for i in range(23)]
+    fold, = kfold(queries, 1, seed=3)
+    assert fold.name == "all" and fold.test == []
+    assert not set(fold.train) & set(fold.dev) and set(fold.train) | set(fold.dev) == set(queries)
+    assert len(fold.dev) == round(0.15 * 23) and kfold(queries, 1, seed=3) == [fold]
+    with pytest.raises(PipelineError, match="k >= 1"):
+        kfold(queries, 0, seed=3)
+
+
 def test_protocol_uses_own_splits(tiny):
     fold, = make_protocol(tiny, None, seed=1)
     assert set(fold.train) == set(tiny.splits["train"]) and set(fold.dev) == set(tiny.splits["dev"])

@@ -72,7 +72,7 @@ BAD_OPTIONS = [
     (["--rerank-depth", "-1"], "--rerank-depth must be at least 0, got -1"),
     (["--reranker", "knrm", "--interpolate", "maybe"], "--interpolate takes 'auto', 'none' or a weight"),
     (["--reranker", "knrm", "--interpolate", "1.5"], r"--interpolate weight must be in \[0, 1\], got 1.5"),
-    (["--folds", "1"], "--folds must be at least 2, got 1"),
+    (["--folds", "0"], "--folds must be at least 1, got 0"),
     (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     (["--threads", "-1"], "--threads must be at least 0, got -1"),
     (["--b", "2"], r"--b 2: first stage 'auto': options: b must be in \[0, 1\], got 2"),

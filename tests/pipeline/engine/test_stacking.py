@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pathlib import Path
 import pytest
 
 import rerankers
@@ -282,3 +283,44 @@ def test_interpolating_with_weight_one_keeps_the_ranking_stacking_relies_on():
     dataset = graded_dataset(4)
     two_way = dict(dataset.first_stage)
     assert interpolate(two_way, {q: list(reversed(h)) for q, h in two_way.items()}, 1.0) == two_way
+
+
+def test_one_model_trained_on_every_query_of_one_collection_anchors_another_from_an_empty_home(monkeypatch,
+                                                                                                tmp_path, capsys):
+    """The user's road of training on another collection's queries (NFCorpus's dev split for its test queries,
+    docs/bi-encoder-fine-tuning.md): ``pipeline.train --folds 1`` fine-tunes one bi-encoder on every judged query
+    of the first collection but a held-out share for early stopping, prints where it saved it, and
+    ``pipeline.run --model`` that checkpoint with ``--zero-shot-rule anchor`` re-ranks every query of the second
+    collection, each fold's queries at the weight tuned there for the zero-shot model; ``pipeline.run --folds 1``
+    itself is refused (it would re-rank no query)."""
+    from pipeline.engine.protocols import ALL_QUERIES
+    from pipeline.run import main as run_main, parse_config, run_pipeline
+    from pipeline.train import main as train_main
+    from helpers import make_tiny_encoder
+    from rerankers.bi_encoder import BiEncoderReranker
+
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))  # empty, as a new user's
+    encoder = make_tiny_encoder(tmp_path / "tiny")
+    source, target = graded_dataset(40), graded_dataset(30)
+    datasets = {"graded-source": source, "graded-target": target}
+    monkeypatch.setattr("pipeline.train.load_dataset", lambda name, mirror=None: datasets[name])
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: datasets[name])
+    model_flags = ["--reranker", "bi-encoder", "--set", f"encoder={encoder}", "--set", "max_doc_length=16",
+                   "--first-stage", "shipped", "--seed", "1"]
+    assert train_main(["--dataset", "graded-source", "--folds", "1", *model_flags]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and printed[0].startswith(f"{ALL_QUERIES}: 34 train / 6 dev queries"), printed
+    checkpoint = printed[0].rsplit(" -> ", 1)[1]
+    assert BiEncoderReranker.load(checkpoint).encoder_config.encoder == str(encoder)
+
+    result = run_pipeline(parse_config(["--dataset", "graded-target", "--reranker", "bi-encoder", "--model",
+                                        checkpoint, "--zero-shot-base", "all-MiniLM-L6-v2", "--zero-shot-rule",
+                                        "anchor", "--first-stage", "shipped", "--metrics", "AP", "--output-dir",
+                                        str(tmp_path / "runs")]))
+    assert "-at-" in result.run_path.stem and result.run_path.is_file() and set(result.run) == set(target.queries)
+    assert list((tmp_path / "home").rglob("*.pt")) == [Path(checkpoint)], "the run trained a model of its own"
+
+    capsys.readouterr()
+    assert run_main(["--dataset", "graded-target", *model_flags, "--folds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--folds 1 trains one model on every judged query and re-ranks none" in err
