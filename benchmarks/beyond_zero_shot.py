@@ -330,6 +330,8 @@ def main(argv=None) -> int:
     run.add_argument("--split")
     run.add_argument("--reranker", required=True)
     run.add_argument("--model", help="a given checkpoint (e.g. all-MiniLM-L6-v2): zero-shot, nothing trained")
+    run.add_argument("--train-dataset", help="train each seed's model on every judged query of this collection "
+                     "(pipeline.train --folds 1) and measure it as a given model, e.g. nfcorpus-dev for nfcorpus")
     run.add_argument("--label", help="row label (default: the re-ranker's name)")
     run.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     run.add_argument("--metrics")

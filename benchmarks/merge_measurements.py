@@ -10,7 +10,8 @@ tests against other pipelines need), so they get their own merge. It refuses wha
 
 * the commands must be the same but for ``--seeds``, ``--output`` and ``--score-cache`` (where a given model's
   scores are kept: it changes no number);
-* the dataset, split, re-ranker, model, main metric, weight rules and first-stage scores must agree;
+* the dataset, split, re-ranker, model, training collection, main metric, weight rules and first-stage scores
+  must agree;
 * a seed measured twice must have the same values (the same seed trains the same model), and is kept once;
 * a file a run left unfinished (``partial``) is refused.
 
@@ -34,7 +35,7 @@ from pipeline.core.errors import PipelineError  # noqa: E402
 #: command options that may differ between runs of one protocol (each takes one value, ``--seeds`` several)
 RUN_ONLY_OPTIONS = {"--seeds", "--output", "--score-cache"}
 #: fields every file must agree on
-SAME_FIELDS = ("dataset", "split", "reranker", "model", "metric", "rules")
+SAME_FIELDS = ("dataset", "split", "reranker", "model", "train_dataset", "metric", "rules")
 TOLERANCE = 1e-9
 
 

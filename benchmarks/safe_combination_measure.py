@@ -1,6 +1,11 @@
 """``python benchmarks/beyond_zero_shot.py measure``: one re-ranker on one collection under the old and the safe
 ``--interpolate auto``, each (collection, re-ranker, seed) scored once and both rules applied to the same scores
-(see :mod:`beyond_zero_shot` for the command and the result file's layout)."""
+(see :mod:`beyond_zero_shot` for the command and the result file's layout).
+
+``--train-dataset D`` measures a model trained on another collection: per seed, one model trained on every judged
+query of ``D`` (``python -m pipeline.train --dataset D --folds 1``, the same model cache, so a model that command
+trained is loaded, not trained again), then treated as a given checkpoint on the measured collection (tuned on
+every non-test query, since it saw none of them): e.g. NFCorpus's dev queries for its test queries."""
 from __future__ import annotations
 
 import argparse
@@ -35,7 +40,10 @@ def measure(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     started = time.time()
     dataset = load_dataset(args.dataset)
-    given = bool(args.model)
+    train_on = getattr(args, "train_dataset", None)
+    if train_on and (args.model or getattr(args, "score_cache", None)):
+        raise SystemExit("--train-dataset trains each seed's model: not with --model or --score-cache")
+    given = bool(args.model) or bool(train_on)
     label = args.label or args.reranker
     rows = {"alone": label, "old": f"{label}+interp", "safe": f"{label}+safe"}
     if given:
@@ -66,6 +74,8 @@ def measure(args: argparse.Namespace) -> dict:
                            model=args.model, interpolate="auto", metrics=args.metrics, threads=args.threads,
                            overrides=tuple(args.set), k=args.k or None)
         plan = plan_run(config, dataset)
+        if train_on:  # this seed's own model: the scores of another seed's are not its
+            model, zero_shot_scores = transferred_model(args, seed), {}
         k = plan.depth or plan.k
         needed = {q for fold in plan.folds for q in (*fold.test, *fold.dev, *(fold.train if given else ()))}
         first = retrieve(dataset, plan.first_stage, k, [dataset.queries[q] for q in sorted(needed)], plan.settings)
@@ -148,6 +158,21 @@ def measure(args: argparse.Namespace) -> dict:
     return summary_of(args, plan, started, baseline, results, folds_out, per_query=per_query)
 
 
+def transferred_model(args: argparse.Namespace, seed: int):
+    """The model ``python -m pipeline.train --dataset <args.train_dataset> --folds 1 --seed <seed>`` with the
+    command's ``--reranker``, ``--set`` and ``--k`` trains (loaded from the model cache when there)."""
+    from pipeline.core.datasets import load_dataset
+    from pipeline.engine.config import RunConfig
+    from pipeline.engine.model_cache import fold_models, training_plan
+
+    source = load_dataset(args.train_dataset)
+    config = RunConfig(dataset=args.train_dataset, reranker=args.reranker, seed=seed, folds=1, threads=args.threads,
+                       overrides=tuple(args.set), k=args.k or None)
+    trained, = fold_models(training_plan(config, source), source)
+    print(f"seed {seed}: the model trained on {args.train_dataset}: {trained.cached or trained.path}", flush=True)
+    return trained.reranker
+
+
 def resumed(args: argparse.Namespace) -> dict | None:
     """The partial result file a stopped run of this very command left at ``args.output`` (its seeds are
     kept, the missing ones measured), else ``None``: re-running a stopped command resumes it."""
@@ -170,14 +195,16 @@ def summary_of(args, plan, started: float, baseline: dict, results: dict, folds_
     """The result file's content (``partial`` says how far a measurement still running has got)."""
     from pipeline.engine import fusion
 
-    given = bool(args.model)
+    train_on = getattr(args, "train_dataset", None)
+    given = bool(args.model) or bool(train_on)
     with open("/proc/loadavg") as handle:
         load = handle.read().split()[:3]
     return {**({"partial": partial} if partial else {}),
             "command": command_line(),
             "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - started),
             "loadavg_at_end": " ".join(load), "dataset": args.dataset, "split": args.split,
-            "reranker": args.reranker, "model": args.model, "metric": plan.main_metric,
+            "reranker": args.reranker, "model": args.model,
+            **({"train_dataset": train_on} if train_on else {}), "metric": plan.main_metric,
             "rules": {"old": "pipeline.engine.fusion.tune_weight on each fold's dev queries (best mean, any gain)",
                       "safe": f"pipeline.engine.fusion.choose_weight on each fold's tuning queries "
                               f"({'train + dev: a given checkpoint saw none' if given else 'dev'}), level "

@@ -4,6 +4,7 @@ Command line::
 
     python -m pipeline.train --dataset microblog --split 2013 --reranker hcan --set matching=rm
     python -m pipeline.train --dataset cranfield --reranker knrm --folds 5 --seed 1
+    python -m pipeline.train --dataset nfcorpus-dev --reranker bi-encoder --set amp=true --folds 1   # for --model
 
 Takes the flags of ``pipeline.run`` that decide the models (not ``--rerank-depth --metrics --output-dir
 --name --model --interpolate --batch-size --int8 --bf16 --precision``) and trains exactly what ``pipeline.run`` would (the same
@@ -11,6 +12,9 @@ Takes the flags of ``pipeline.run`` that decide the models (not ``--rerank-depth
 :func:`pipeline.engine.protocols.make_protocol`) on candidates from the first stage, each checkpoint saved where
 ``pipeline.run`` will look for it (same options, seed, first stage and depth give the same cache key). It
 prints one line per fold with the dev score. A fold whose checkpoint exists is skipped unless ``--retrain``.
+``--folds 1`` on a dataset without splits trains one model on every judged query (15% held out for early
+stopping) and tests none: its line ends with the checkpoint's path, for ``pipeline.run --model`` on another
+collection (:func:`pipeline.engine.protocols.kfold`).
 
 Under ``torchrun --nproc-per-node N -m pipeline.train ...`` the training is data-parallel
 (``DistributedDataParallel``, each rank a share of every global batch; rank 0 evaluates, saves and prints);
