@@ -54,6 +54,17 @@ def test_another_first_stage_is_refused(tmp_path):
         merge_measurements.merge([a, b])
 
 
+def test_models_trained_on_another_collection_merge_only_with_the_same_collection(tmp_path):
+    """``measure --train-dataset``: the training collection is recorded and must agree (files written by hand
+    could hold the same command with another training collection)."""
+    a = _write(tmp_path / "a.json", [1], train_dataset="nfcorpus-dev")
+    b = _write(tmp_path / "b.json", [2], train_dataset="nfcorpus-dev")
+    assert merge_measurements.merge([a, b])["train_dataset"] == "nfcorpus-dev"
+    c = _write(tmp_path / "c.json", [3], train_dataset="cranfield")
+    with pytest.raises(PipelineError, match="train_dataset 'cranfield'"):
+        merge_measurements.merge([a, c])
+
+
 def test_a_seed_measured_twice_must_agree(tmp_path):
     a = _write(tmp_path / "a.json", [1, 2])
     b = _write(tmp_path / "b.json", [2], value=lambda seed: 0.5)
