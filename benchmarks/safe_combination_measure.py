@@ -160,15 +160,15 @@ def measure(args: argparse.Namespace) -> dict:
 
 def transferred_model(args: argparse.Namespace, seed: int):
     """The model ``python -m pipeline.train --dataset <args.train_dataset> --folds 1 --seed <seed>`` with the
-    command's ``--reranker``, ``--set`` and ``--k`` trains (loaded from the model cache when there)."""
-    from pipeline.core.datasets import load_dataset
+    command's ``--reranker``, ``--set`` and ``--k`` trains (loaded from the model cache when there): what
+    ``pipeline.run --train-dataset`` re-ranks with (:func:`pipeline.engine.model_cache.transferred_model`)."""
     from pipeline.engine.config import RunConfig
-    from pipeline.engine.model_cache import fold_models, training_plan
+    from pipeline.engine import model_cache
 
-    source = load_dataset(args.train_dataset)
-    config = RunConfig(dataset=args.train_dataset, reranker=args.reranker, seed=seed, folds=1, threads=args.threads,
-                       overrides=tuple(args.set), k=args.k or None)
-    trained, = fold_models(training_plan(config, source), source)
+    config = RunConfig(dataset=args.dataset, split=args.split, reranker=args.reranker, seed=seed,
+                       threads=args.threads, overrides=tuple(args.set), k=args.k or None,
+                       train_dataset=args.train_dataset)
+    trained = model_cache.transferred_model(config)
     print(f"seed {seed}: the model trained on {args.train_dataset}: {trained.cached or trained.path}", flush=True)
     return trained.reranker
 

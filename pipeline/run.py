@@ -5,6 +5,9 @@ Command line::
     python -m pipeline.run --reranker hcan        # Microblog 2014: QL, HCAN alone, HCAN + QL
     python -m pipeline.run --dataset cranfield --reranker none
     python -m pipeline.run --dataset microblog --split 2013 --first-stage shipped --metrics "AP P@30"
+    # a model trained on another collection's queries (NFCorpus's dev split), at the zero-shot model's weight
+    python -m pipeline.run --dataset nfcorpus --reranker bi-encoder --train-dataset nfcorpus-dev \
+        --zero-shot-base all-MiniLM-L6-v2 --zero-shot-rule anchor
 
 From Python, with a typed config (every flag is a field of :class:`~pipeline.engine.config.RunConfig`)::
 
@@ -30,7 +33,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -49,6 +52,7 @@ from .core.evaluation import evaluate  # noqa: F401  (for notebooks: ``p.evaluat
 from .core.records import Run
 from .core.runtime import seed_everything
 from .core.formats import write_run
+from .engine.model_cache import transferred_model
 from .engine.obtain import obtain_model
 from .engine.naming import default_run_name, first_stage_label
 from .engine.plan import plan_run
@@ -101,7 +105,11 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     seed_everything(config.seed)
     check_given_options(config)
     dataset = load_dataset(config.dataset, config.mirror)
-    plan = plan_run(config, dataset)
+    plan = plan_run(config, dataset)  # every option checked before a model is trained on --train-dataset
+    if config.train_dataset:  # its one model, trained or loaded from the cache, is this run's --model
+        trained = transferred_model(config)
+        config = replace(config, model=str(trained.cached or trained.path), train_dataset=None)
+        plan = plan_run(config, dataset)
     config = plan.config  # --reranker auto settled to the model it stands for
     check_writable(config.run_dir)
     if config.threads:  # read by the re-rankers when they first score or train (torch is not loaded yet)

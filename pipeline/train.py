@@ -36,7 +36,8 @@ from .shell import run_command
 
 
 #: flags of pipeline.run that change the run but not the trained models: pipeline.train does not take them
-RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "interpolate", "zero_shot_base", "zero_shot_rule", "batch_size",
+RUN_ONLY = ("rerank_depth", "metrics", "output_dir", "name", "model", "train_dataset", "interpolate", "zero_shot_base",
+            "zero_shot_rule", "batch_size",
            "int8", "bf16", "precision")
 
 

@@ -125,6 +125,10 @@ class RunConfig:
     retrain: bool = option(False, "train even when a cached model exists", TRAINING)
     model: str | None = option(None, "re-rank with this saved model (e.g. trained on another dataset) instead "
                                "of training", TRAINING, metavar="CHECKPOINT")
+    train_dataset: str | None = option(
+        None, "train the re-ranker on every judged query of this other collection (what pipeline.train --folds 1 "
+        "trains and caches) and re-rank --dataset with that model, as --model would (e.g. --dataset nfcorpus "
+        "--train-dataset nfcorpus-dev)", TRAINING, metavar="DATASET")
     interpolate: str | None = option(
         None, "final score = W * first stage + (1 - W) * re-ranker, both min-max normalised per query. 'auto' "
         "(default, unless the dataset's recipe says otherwise) tunes W on the protocol's dev queries (never the "
@@ -216,6 +220,12 @@ class RunConfig:
                               f"bi-encoder), not {self.reranker!r}")
         if self.model and self.reranker == "none":
             raise ConfigError("--model needs --reranker: the name of the re-ranker the checkpoint holds")
+        if self.train_dataset:
+            if self.reranker in ("none", "auto"):
+                raise ConfigError(f"--train-dataset needs --reranker NAME: the re-ranker to train on it, not "
+                                  f"{self.reranker!r}")
+            if self.model:
+                raise ConfigError("--train-dataset trains the model that --model would give: give one of them")
         if self.first_stage_overrides:
             try:
                 first_stage_options(self.first_stage, self.first_stage_settings())

@@ -9,7 +9,7 @@ import argparse
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -18,6 +18,7 @@ from indexes.options import changed_options
 from rerankers import reranker_class
 
 from .config import RunConfig
+from ..core.datasets import load_dataset
 from .context import FirstStageContext
 from ..core.home import model_root
 from ..core.datasets import Dataset
@@ -27,6 +28,7 @@ from ..core.records import Run
 from .fitting import train_fold
 from .protocols import Fold, PerQueryReranker, make_protocol
 from .resolve import candidate_depth, first_stage_name, model_options, run_split
+from .stacking_rules import STACK
 
 log = logging.getLogger("pipeline.engine.model_cache")
 
@@ -162,6 +164,30 @@ def fold_models(plan: TrainingPlan, dataset: Dataset, load_cached: bool = True,
         reranker, report = train_fold(plan.reranker, dataset, fold, candidates, plan.options, plan.seed, path,
                                       cls=cls)
         yield FoldModel(fold, path, reranker, report=report)
+
+
+def transferred_model(config: RunConfig) -> FoldModel:
+    """The model ``--train-dataset`` names: ``config.reranker`` with ``config``'s options, seed and depth trained
+    on every judged query of ``config.train_dataset`` but a held-out share for early stopping (the one fold of
+    ``--folds 1``, exactly what ``pipeline.train --dataset <it> --folds 1`` trains and caches), loaded from the
+    model cache when there.
+
+    Args:
+        config: a run's config with ``train_dataset`` set.
+
+    Returns:
+        the fold's :class:`FoldModel` (its ``cached`` or ``path`` is the checkpoint to give as ``--model``).
+
+    Example:
+        >>> transferred_model(RunConfig(dataset="nfcorpus", reranker="bi-encoder", train_dataset="nfcorpus-dev",
+        ...                             overrides=("amp=true",))).fold.name  # doctest: +SKIP
+        'all'
+    """
+    source = load_dataset(config.train_dataset, config.mirror)
+    training = replace(config, dataset=config.train_dataset, split=None, folds=1, train_dataset=None,
+                       zero_shot_base=None, zero_shot_rule=STACK, interpolate=None)
+    trained, = fold_models(training_plan(training, source), source)
+    return trained
 
 
 def trained_reranker(plan: TrainingPlan, dataset: Dataset, context: FirstStageContext | None = None):

@@ -320,6 +320,15 @@ def test_one_model_trained_on_every_query_of_one_collection_anchors_another_from
     assert "-at-" in result.run_path.stem and result.run_path.is_file() and set(result.run) == set(target.queries)
     assert list((tmp_path / "home").rglob("*.pt")) == [Path(checkpoint)], "the run trained a model of its own"
 
+    # one command does both: --train-dataset trains (here: loads from the cache) that model and re-ranks with it
+    monkeypatch.setattr("pipeline.engine.model_cache.load_dataset", lambda name, mirror=None: datasets[name])
+    one_command = run_pipeline(parse_config(["--dataset", "graded-target", *model_flags, "--train-dataset",
+                                             "graded-source", "--zero-shot-base", "all-MiniLM-L6-v2",
+                                             "--zero-shot-rule", "anchor", "--metrics", "AP", "--output-dir",
+                                             str(tmp_path / "runs")]))
+    assert one_command.run_path.is_file() and one_command.run == result.run
+    assert list((tmp_path / "home").rglob("*.pt")) == [Path(checkpoint)]
+
     capsys.readouterr()
     assert run_main(["--dataset", "graded-target", *model_flags, "--folds", "1"]) == 2
     err = capsys.readouterr().err
