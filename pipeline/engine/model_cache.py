@@ -18,10 +18,9 @@ from indexes.options import changed_options
 from rerankers import reranker_class
 
 from .config import RunConfig
-from ..core.datasets import load_dataset
 from .context import FirstStageContext
 from ..core.home import model_root
-from ..core.datasets import Dataset
+from ..core.datasets import Dataset, load_dataset
 from ..core.errors import ConfigError
 from ..core.filenames import safe_name
 from ..core.records import Run
