@@ -106,9 +106,9 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     check_given_options(config)
     dataset = load_dataset(config.dataset, config.mirror)
     plan = plan_run(config, dataset)  # every option checked before a model is trained on --train-dataset
-    if config.train_dataset:  # its one model, trained or loaded from the cache, is this run's --model
-        trained = transferred_model(config)
-        config = replace(config, model=str(trained.cached or trained.path), train_dataset=None)
+    if plan.config.train_dataset:  # its one model, trained or loaded from the cache, is this run's --model
+        trained = transferred_model(plan.config)
+        config = replace(plan.config, model=str(trained.cached or trained.path), train_dataset=None)
         plan = plan_run(config, dataset)
     config = plan.config  # --reranker auto settled to the model it stands for
     check_writable(config.run_dir)

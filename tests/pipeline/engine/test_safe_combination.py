@@ -214,6 +214,7 @@ def named(dataset: Dataset, name: str, judged: bool = True) -> Dataset:
     ("my-collection", False, ("bi-encoder", "all-MiniLM-L6-v2", (), None, "UNJUDGED")),
     ("vaswani", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
     ("cranfield", True, ("bi-encoder", None, ("amp=true",), None, None, "all-MiniLM-L6-v2", "anchor")),
+    ("nfcorpus", True, ("bi-encoder", None, ("amp=true",), None, None, "all-MiniLM-L6-v2", "anchor")),
     ("microblog", True, ("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
                          None, "all-MiniLM-L6-v2")),
     ("trecqa", True, ("none", None, (), None, None)),
@@ -228,6 +229,8 @@ def test_auto_takes_the_measured_pipeline_of_the_collection(name, judged, expect
     config = resolve_auto(RunConfig(reranker="auto"), named(graded_dataset(10), name, judged))
     assert (config.reranker, config.model, config.overrides, config.k, config.interpolate,
             config.zero_shot_base, config.zero_shot_rule) == expected
+    # NFCorpus's model is trained on its own dev split (one model), every other on the collection's protocol
+    assert config.train_dataset == ("nfcorpus-dev" if name == "nfcorpus" else None)
     # what the user gave is kept; a fixed weight leaves nothing to stack on
     kept = resolve_auto(RunConfig(reranker="auto", interpolate="0.7", k=50), named(graded_dataset(10), name, judged))
     assert kept.interpolate == "0.7" and kept.k == 50 and kept.zero_shot_base is None

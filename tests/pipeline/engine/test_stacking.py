@@ -329,6 +329,16 @@ def test_one_model_trained_on_every_query_of_one_collection_anchors_another_from
     assert one_command.run_path.is_file() and one_command.run == result.run
     assert list((tmp_path / "home").rglob("*.pt")) == [Path(checkpoint)]
 
+    # --reranker auto where the collection's measured best is such a model (NFCorpus: nfcorpus-dev)
+    from pipeline.engine import presets
+
+    monkeypatch.setitem(presets.MEASURED, target.name, presets.Preset(
+        "bi-encoder", None, (f"encoder={encoder}", "max_doc_length=16"), zero_shot_base="all-MiniLM-L6-v2",
+        zero_shot_rule=ANCHOR, train_dataset="graded-source"))
+    auto = run_pipeline(parse_config(["--dataset", "graded-target", "--reranker", "auto", "--first-stage", "shipped",
+                                      "--seed", "1", "--metrics", "AP", "--output-dir", str(tmp_path / "runs")]))
+    assert auto.run == result.run and list((tmp_path / "home").rglob("*.pt")) == [Path(checkpoint)]
+
     capsys.readouterr()
     assert run_main(["--dataset", "graded-target", *model_flags, "--folds", "1"]) == 2
     err = capsys.readouterr().err
