@@ -106,15 +106,17 @@ def run_pipeline(config: RunConfig | argparse.Namespace) -> PipelineResult:
     check_given_options(config)
     dataset = load_dataset(config.dataset, config.mirror)
     plan = plan_run(config, dataset)  # every option checked before a model is trained on --train-dataset
-    if plan.config.train_dataset:  # its one model, trained or loaded from the cache, is this run's --model
-        trained = transferred_model(plan.config)
-        config = replace(plan.config, model=str(trained.cached or trained.path), train_dataset=None)
-        plan = plan_run(config, dataset)
     config = plan.config  # --reranker auto settled to the model it stands for
     check_writable(config.run_dir)
     if config.threads:  # read by the re-rankers when they first score or train (torch is not loaded yet)
         os.environ["PIPELINE_THREADS"] = str(config.threads)
     timings["load"] = time.perf_counter() - started
+    if config.train_dataset:  # its one model, trained (with the threads above) or cached, is this run's --model
+        started = time.perf_counter()
+        trained = transferred_model(config)
+        plan = plan_run(replace(config, model=str(trained.cached or trained.path), train_dataset=None), dataset)
+        config = plan.config
+        timings["train_on_other"] = time.perf_counter() - started
 
     started = time.perf_counter()
     # one first stage for the whole run: test, training and tuning candidates, each query retrieved once

@@ -3,9 +3,10 @@ model scores each query once, no weight is tuned on a test query, a trained mode
 zero-shot combination as it is, one that knows more enters; and the command runs it from an empty home."""
 from __future__ import annotations
 
+import os
 from collections import Counter
-
 from pathlib import Path
+
 import pytest
 
 import rerankers
@@ -343,3 +344,27 @@ def test_one_model_trained_on_every_query_of_one_collection_anchors_another_from
     assert run_main(["--dataset", "graded-target", *model_flags, "--folds", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--folds 1 trains one model on every judged query and re-ranks none" in err
+
+
+def test_the_model_of_another_collection_trains_with_the_runs_threads(monkeypatch, tmp_path):
+    """``--train-dataset`` trains after ``--threads`` is in force, as ``pipeline.train --folds 1`` does: a thread count
+    changes float sums, so the same cache key would otherwise hold slightly other weights."""
+    from pipeline.run import parse_config, run_pipeline
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def record(config):
+        seen["threads"] = os.environ.get("PIPELINE_THREADS")
+        raise Stop
+
+    monkeypatch.setenv("PIPELINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PIPELINE_THREADS", "0")  # restored after the test, whatever the run sets
+    monkeypatch.setattr("pipeline.run.load_dataset", lambda name, mirror=None: graded_dataset(30))
+    monkeypatch.setattr("pipeline.run.transferred_model", record)
+    with pytest.raises(Stop):
+        run_pipeline(parse_config(["--dataset", "graded-target", "--reranker", "bi-encoder", "--train-dataset",
+                                   "graded-source", "--first-stage", "shipped", "--threads", "1"]))
+    assert seen == {"threads": "1"}
