@@ -126,10 +126,10 @@ def resolve_auto(config, dataset):
                                    zero_shot_base=preset.zero_shot_base if stacked else config.zero_shot_base,
                                    zero_shot_rule=preset.zero_shot_rule if stacked else config.zero_shot_rule,
                                    train_dataset=preset.train_dataset)
-    log.info("--reranker auto on %s: %s%s%s%s%s%s (%s)", dataset.name, preset.reranker,
+    log.info("--reranker auto on %s: %s%s%s%s%s%s%s (%s)", dataset.name, preset.reranker,
              f" --model {preset.model}" if preset.model else "",
-             "".join(f" --set {o}" for o in preset.overrides)
-             + (f" --train-dataset {preset.train_dataset}" if preset.train_dataset else ""),
+             "".join(f" --set {o}" for o in preset.overrides),
+             f" --train-dataset {preset.train_dataset}" if preset.train_dataset else "",
              f" --zero-shot-base {resolved.zero_shot_base}" if resolved.zero_shot_base else "",
              f" --zero-shot-rule {resolved.zero_shot_rule}" if resolved.zero_shot_rule != STACK else "",
              f" --interpolate {interpolate}" if interpolate else "", preset.evidence)
