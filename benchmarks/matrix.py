@@ -209,6 +209,14 @@ FINE_TUNED_RUNS = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-b
                    "cranfield": ("cranfield/bi-encoder-in-batch.json", "bi-encoder-in-batch")}
 
 
+#: the bi-encoder fine-tuned on the query side only (``--set train_side=query``), ``measure`` file per column
+QUERY_SIDE_RUNS = {key: f"{key}/bi-encoder-query-side-bf16.json" for key in ("nfcorpus", "vaswani", "cranfield")}
+QUERY_SIDE_BI_ENCODER = "bi-encoder, fine-tuned on the query side (in-batch, 1 epoch, bf16)"
+#: one bi-encoder per seed trained on NFCorpus's dev split (``--train-dataset nfcorpus-dev``) and given to every fold
+DEV_SPLIT_BI_ENCODER = "bi-encoder, trained on NFCorpus's dev split (--train-dataset nfcorpus-dev, 1 epoch, bf16)"
+DEV_SPLIT_RUN = ("nfcorpus/bi-encoder-nfcorpus-dev-bf16.json", "bi-encoder-nfcorpus-dev-bf16")
+
+
 def _fine_tuned_bi_encoder(rule: str) -> dict[str, Source]:
     """The fine-tuned bi-encoder's cells (:data:`FINE_TUNED_RUNS`) for ``rule``: ``""`` alone, ``"+interp"`` or
     ``"+safe"``."""
@@ -331,6 +339,13 @@ ROWS: list[tuple[str, str, dict[str, Source]]] = [
     (FINE_TUNED_BI_ENCODER, FALLBACK, {key: Source(source.file, FALLBACK_ROW)
                                        for key, source in _fine_tuned_bi_encoder("").items()}),
     (FINE_TUNED_BI_ENCODER, ANCHOR, _anchored(_fine_tuned_bi_encoder(""))),
+    *[(QUERY_SIDE_BI_ENCODER, rule, {key: Source(file, "bi-encoder-query-side-bf16" + suffix)
+                                     for key, file in QUERY_SIDE_RUNS.items()})
+      for rule, suffix in ((ALONE, ""), (SAFE, "+safe"))],
+    (QUERY_SIDE_BI_ENCODER, ANCHOR, _anchored({key: Source(file, "") for key, file in QUERY_SIDE_RUNS.items()})),
+    *[(DEV_SPLIT_BI_ENCODER, rule, {"nfcorpus": Source(DEV_SPLIT_RUN[0], DEV_SPLIT_RUN[1] + suffix)})
+      for rule, suffix in ((ALONE, ""), (SAFE, "+safe"))],
+    (DEV_SPLIT_BI_ENCODER, ANCHOR, _anchored({"nfcorpus": Source(DEV_SPLIT_RUN[0], "")})),
     *[(wise_ft_label(recipe), rule, {"dl19": Source(wise_ft_file(row), row + suffix)})
       for row, recipe in DL19_WISE_FT.items() for rule, suffix in ((ALONE, ""), (TUNED, "+interp"), (SAFE, "+safe"))],
     *[(wise_ft_label(recipe), ANCHOR, _anchored({"dl19": Source(wise_ft_file(row), row)}))
