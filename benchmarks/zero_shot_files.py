@@ -184,6 +184,9 @@ ANCHOR_REPLAYS = {
     "Vaswani": [("vaswani/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
                  "vaswani/bi-encoder-zero-shot-safe.json", "vaswani/anchor-bi-encoder-bi-encoder-in-batch-bf16.json"),
                 ("vaswani/bi-encoder-query-side-bf16.json", "bi-encoder-query-side-bf16",
+                 "vaswani/bi-encoder-zero-shot-safe.json", None),
+                # one model trained on all of Cranfield's queries (--train-dataset cranfield), given to each fold
+                ("vaswani/bi-encoder-cranfield-bf16.json", "bi-encoder-cranfield-bf16",
                  "vaswani/bi-encoder-zero-shot-safe.json", None)],
     "NFCorpus": [("nfcorpus/bi-encoder-in-batch-bf16.json", "bi-encoder-in-batch-bf16",
                   "nfcorpus/bi-encoder-zero-shot-safe.json", None),
