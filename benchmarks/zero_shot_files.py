@@ -194,6 +194,9 @@ ANCHOR_REPLAYS = {
                   "nfcorpus/bi-encoder-zero-shot-safe.json", None),
                  # one model per seed trained on NFCorpus's dev split (pipeline.train --folds 1), given to each fold
                  ("nfcorpus/bi-encoder-nfcorpus-dev-bf16.json", "bi-encoder-nfcorpus-dev-bf16",
+                  "nfcorpus/bi-encoder-zero-shot-safe.json", None),
+                 # the same with a 2-epoch schedule (--set epochs=2; the dev queries keep the better epoch)
+                 ("nfcorpus/bi-encoder-nfcorpus-dev-2-epochs-bf16.json", "bi-encoder-nfcorpus-dev-2-epochs-bf16",
                   "nfcorpus/bi-encoder-zero-shot-safe.json", None)],
     "DL19": [(wise_ft_file(row), row, "dl/2019-bi-encoder-zero-shot-safe.json", None) for row in DL19_WISE_FT],
     "DL20": [("dl/2020-bi-encoder-in-batch.json", "bi-encoder-in-batch", "dl/2020-bi-encoder-zero-shot-safe.json",

@@ -214,7 +214,7 @@ def named(dataset: Dataset, name: str, judged: bool = True) -> Dataset:
     ("my-collection", False, ("bi-encoder", "all-MiniLM-L6-v2", (), None, "UNJUDGED")),
     ("vaswani", True, ("bi-encoder", "all-MiniLM-L6-v2", (), None, None)),
     ("cranfield", True, ("bi-encoder", None, ("amp=true",), None, None, "all-MiniLM-L6-v2", "anchor")),
-    ("nfcorpus", True, ("bi-encoder", None, ("amp=true",), None, None, "all-MiniLM-L6-v2", "anchor")),
+    ("nfcorpus", True, ("bi-encoder", None, ("amp=true", "epochs=2"), None, None, "all-MiniLM-L6-v2", "anchor")),
     ("microblog", True, ("cross-encoder", None, ("max_examples_per_epoch=3200", "epochs=2", "dev_depth=100"), 1000,
                          None, "all-MiniLM-L6-v2")),
     ("trecqa", True, ("none", None, (), None, None)),
