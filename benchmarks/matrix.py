@@ -212,8 +212,8 @@ FINE_TUNED_RUNS = {"dl19": ("dl/2019-bi-encoder-in-batch.json", "bi-encoder-in-b
 #: the bi-encoder fine-tuned on the query side only (``--set train_side=query``), ``measure`` file per column
 QUERY_SIDE_RUNS = {key: f"{key}/bi-encoder-query-side-bf16.json" for key in ("nfcorpus", "vaswani", "cranfield")}
 QUERY_SIDE_BI_ENCODER = "bi-encoder, fine-tuned on the query side (in-batch, 1 epoch, bf16)"
-#: one bi-encoder per seed trained on NFCorpus's dev split (``--train-dataset nfcorpus-dev``) and given to every fold
-#: (row label, ``measure`` file, row of that file) per recipe: 1 epoch, and the 2-epoch schedule auto runs
+#: one bi-encoder per seed trained on NFCorpus's dev split (``--train-dataset nfcorpus-dev``) and given to every
+#: fold: (row label, ``measure`` file, row of that file) for 1 epoch and for the 2-epoch schedule auto runs
 DEV_SPLIT_RUNS = [
     ("bi-encoder, trained on NFCorpus's dev split (--train-dataset nfcorpus-dev, 1 epoch, bf16)",
      "nfcorpus/bi-encoder-nfcorpus-dev-bf16.json", "bi-encoder-nfcorpus-dev-bf16"),

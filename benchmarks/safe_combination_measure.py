@@ -9,6 +9,7 @@ every non-test query, since it saw none of them): e.g. NFCorpus's dev queries fo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import os
@@ -31,7 +32,7 @@ def measure(args: argparse.Namespace) -> dict:
     from pipeline.core import evaluation
     from pipeline.core.datasets import load_dataset
     from pipeline.core.runtime import seed_everything
-    from pipeline.engine.model_cache import trained_reranker
+    from pipeline.engine.model_cache import trained_reranker, transferred_model
     from pipeline.engine.plan import plan_run
     from pipeline.engine.stages import rerank, retrieve
 
@@ -74,8 +75,10 @@ def measure(args: argparse.Namespace) -> dict:
                            model=args.model, interpolate="auto", metrics=args.metrics, threads=args.threads,
                            overrides=tuple(args.set), k=args.k or None)
         plan = plan_run(config, dataset)
-        if train_on:  # this seed's own model: the scores of another seed's are not its
-            model, zero_shot_scores = transferred_model(args, seed), {}
+        if train_on:  # this seed's own model, as pipeline.run --train-dataset gets it (no other seed's scores)
+            trained = transferred_model(dataclasses.replace(config, train_dataset=train_on))
+            print(f"seed {seed}: the model trained on {train_on}: {trained.cached or trained.path}", flush=True)
+            model, zero_shot_scores = trained.reranker, {}
         k = plan.depth or plan.k
         needed = {q for fold in plan.folds for q in (*fold.test, *fold.dev, *(fold.train if given else ()))}
         first = retrieve(dataset, plan.first_stage, k, [dataset.queries[q] for q in sorted(needed)], plan.settings)
@@ -156,21 +159,6 @@ def measure(args: argparse.Namespace) -> dict:
                                            rows.values()) + f" (first stage {baseline[plan.main_metric]:.4f})",
               flush=True)
     return summary_of(args, plan, started, baseline, results, folds_out, per_query=per_query)
-
-
-def transferred_model(args: argparse.Namespace, seed: int):
-    """The model ``python -m pipeline.train --dataset <args.train_dataset> --folds 1 --seed <seed>`` with the
-    command's ``--reranker``, ``--set`` and ``--k`` trains (loaded from the model cache when there): what
-    ``pipeline.run --train-dataset`` re-ranks with (:func:`pipeline.engine.model_cache.transferred_model`)."""
-    from pipeline.engine.config import RunConfig
-    from pipeline.engine import model_cache
-
-    config = RunConfig(dataset=args.dataset, split=args.split, reranker=args.reranker, seed=seed,
-                       threads=args.threads, overrides=tuple(args.set), k=args.k or None,
-                       train_dataset=args.train_dataset)
-    trained = model_cache.transferred_model(config)
-    print(f"seed {seed}: the model trained on {args.train_dataset}: {trained.cached or trained.path}", flush=True)
-    return trained.reranker
 
 
 def resumed(args: argparse.Namespace) -> dict | None:
