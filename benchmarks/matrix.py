@@ -217,7 +217,7 @@ QUERY_SIDE_BI_ENCODER = "bi-encoder, fine-tuned on the query side (in-batch, 1 e
 DEV_SPLIT_RUNS = [
     ("bi-encoder, trained on NFCorpus's dev split (--train-dataset nfcorpus-dev, 1 epoch, bf16)",
      "nfcorpus/bi-encoder-nfcorpus-dev-bf16.json", "bi-encoder-nfcorpus-dev-bf16"),
-    ("bi-encoder, trained on NFCorpus's dev split (--train-dataset nfcorpus-dev, 2 epochs, best on dev, bf16)",
+    ("bi-encoder, trained on NFCorpus's dev split (--train-dataset nfcorpus-dev, 2 epochs, best on dev, amp requested: float32 on an AVX2 host)",
      "nfcorpus/bi-encoder-nfcorpus-dev-2-epochs-bf16.json", "bi-encoder-nfcorpus-dev-2-epochs-bf16")]
 
 
