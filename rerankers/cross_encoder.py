@@ -50,6 +50,7 @@ from pipeline.core.records import Doc, Query
 from infra.encoders import (
     is_sequence_classifier, load_classifier, load_encoder, pretrained_config, pretrained_tokenizer,
 )
+from .blocks.first_token import first_token_states, scoring_only, supports_first_token
 from .hf_export.classifier import SCORABLE_LABELS, ClassifierExport, PretrainedHeadModel
 from .transformer_base import SpecialTokens, TransformerReranker, pad_ids
 
@@ -95,10 +96,16 @@ class CrossEncoderModel(nn.Module):
         self.head = nn.Linear(encoder.config.hidden_size, 1)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        """Relevance logits ``[B]`` of the pairs in ``input_ids [B, L]`` (``attention_mask`` True = real)."""
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask.long(), **extra).last_hidden_state
-        return self.head(self.dropout(states[:, 0])).squeeze(-1)
+        """Relevance logits ``[B]`` of the pairs in ``input_ids [B, L]`` (``attention_mask`` True = real).
+        Scoring (eval mode, no gradients) computes only the ``[CLS]`` output of a BERT encoder
+        (:func:`~rerankers.blocks.first_token.first_token_states`); training runs the full forward."""
+        if scoring_only(self) and supports_first_token(self.encoder):
+            first = first_token_states(self.encoder, input_ids, attention_mask, token_type_ids)
+        else:
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            first = self.encoder(input_ids=input_ids, attention_mask=attention_mask.long(),
+                                 **extra).last_hidden_state[:, 0]
+        return self.head(self.dropout(first)).squeeze(-1)
 
 
 class CrossEncoderReranker(ClassifierExport, TransformerReranker):

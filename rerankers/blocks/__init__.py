@@ -12,10 +12,12 @@ over tokens or matrix cells in Python. Conventions shared by all blocks:
 Modules: :mod:`.masking` (masks, masked softmax / max / mean / sum), :mod:`.similarity` (interaction
 matrices; MaxSim is :func:`infra.maxsim.maxsim`), :mod:`.pooling` (k-max, kernels, histograms, dynamic
 pooling), :mod:`.layers` (embeddings, dropout, convolution, feed-forward), :mod:`.recurrent`
-(:class:`MaskedBiLSTM`), :mod:`.precision` (what stays float32 under bfloat16 autocast).
+(:class:`MaskedBiLSTM`), :mod:`.precision` (what stays float32 under bfloat16 autocast), :mod:`.first_token`
+(a BERT encoder's ``[CLS]`` output for scoring, without the work nothing reads).
 """
 from __future__ import annotations
 
+from .first_token import classifier_logits, first_token_states, scoring_only, supports_first_token
 from .layers import MaskedConv1d, SpatialDropout1d, build_embedding, feed_forward
 from .masking import (
     interaction_mask, lengths_from_mask, masked_fill_padding, masked_max, masked_mean, masked_softmax, masked_sum,
@@ -32,5 +34,6 @@ __all__ = [
     "masked_sum", "dot_matrix", "cosine_matrix", "bilinear_matrix", "BilinearInteraction", "bidaf_coattention",
     "kmax_pooling", "kernel_mus_sigmas", "gaussian_kernel_pooling", "matching_histogram", "build_embedding",
     "SpatialDropout1d", "MaskedConv1d", "MaskedBiLSTM", "feed_forward", "masked_dynamic_max_pool2d",
-    "score_heads", "score_heads_in_float32",
+    "score_heads", "score_heads_in_float32", "first_token_states", "supports_first_token", "scoring_only",
+    "classifier_logits",
 ]

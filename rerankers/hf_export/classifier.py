@@ -11,6 +11,8 @@ import torch.nn as nn
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import Doc, Query
 
+from ..blocks.first_token import classifier_logits, scoring_only
+
 #: numbers of labels a sequence-classification head may have to give a relevance score
 SCORABLE_LABELS = (1, 2)
 
@@ -34,9 +36,14 @@ class PretrainedHeadModel(nn.Module):
         self.labels = labels
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        """Relevance scores ``[B]`` of the pairs in ``input_ids [B, L]`` (``attention_mask`` True = real)."""
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        logits = self.encoder(input_ids=input_ids, attention_mask=attention_mask.long(), **extra).logits
+        """Relevance scores ``[B]`` of the pairs in ``input_ids [B, L]`` (``attention_mask`` True = real). Scoring a
+        BERT classifier computes only its first position's output
+        (:func:`~rerankers.blocks.first_token.classifier_logits`); training runs the full forward."""
+        logits = classifier_logits(self.encoder, input_ids, attention_mask, token_type_ids) \
+            if scoring_only(self) else None
+        if logits is None:
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            logits = self.encoder(input_ids=input_ids, attention_mask=attention_mask.long(), **extra).logits
         return logits[:, 0] if self.labels == 1 else logits[:, 1] - logits[:, 0]
 
 
