@@ -155,8 +155,17 @@ GROUPS = {"srnn": srnn_group, "bm25s": bm25s_group, "demo": demo_group, "ce": ce
 
 
 def machine() -> str:
-    """The machine in words."""
-    return f"{platform.machine()}, {os.cpu_count()} cores (shared)"
+    """The machine in words: architecture, cores, and on Linux the CPU's model and its bfloat16 instructions
+    (AMX, AVX512-BF16), on which the bf16 keys depend."""
+    words = f"{platform.machine()}, {os.cpu_count()} cores (shared)"
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return words
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    bf16 = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
+    return f"{words}, {model or 'CPU'}, bf16 instructions: {' + '.join(bf16) or 'none (emulated)'}"
 
 
 def main() -> None:
