@@ -8,7 +8,7 @@ less work, for inference (no gradients, eval mode):
   but its query, attention output, feed-forward and layer norms for the first position only: about 14 % of
   a 6-layer encoder's matrix products and a sixth of its attention are never computed;
 * each layer's query, key and value projections are one matrix product with the three weights side by side
-  (one larger product keeps AMX / AVX512 busier than three small ones);
+  (one larger product keeps AMX / AVX512 busier than three small ones; int8-quantized layers run one by one);
 * attention is ``torch.nn.functional.scaled_dot_product_attention`` with the padding mask, as the ``sdpa``
   implementation of ``BertModel`` uses.
 
@@ -123,7 +123,6 @@ def first_token_states(encoder, input_ids, attention_mask, token_type_ids=None):
 def _layer(layer, states, keep, first_only: bool):
     """One ``BertLayer`` on ``states [B, L, h]``: ``[B, L, h]``, or with ``first_only`` ``[B, h]`` for position 0
     (the query ``[B, heads, 1, size]`` attends over all ``L`` keys)."""
-    import torch
     import torch.nn.functional as F
 
     attention = layer.attention.self
@@ -138,13 +137,10 @@ def _layer(layer, states, keep, first_only: bool):
         # the first position as a 2-D [B, h] matrix: a strided [B, 1, h] slice would make linear expand its
         # weight per batch entry and multiply batch by batch
         residual = states[:, 0]
-        q = F.linear(residual, query.weight, query.bias)
-        kv = F.linear(states, torch.cat([key.weight, value.weight]), torch.cat([key.bias, value.bias]))
-        k, v = kv.split(hidden, dim=-1)
+        q = query(residual)
+        k, v = _side_by_side((key, value), states)
     else:
-        qkv = F.linear(states, torch.cat([query.weight, key.weight, value.weight]),
-                       torch.cat([query.bias, key.bias, value.bias]))
-        q, k, v = qkv.split(hidden, dim=-1)
+        q, k, v = _side_by_side((query, key, value), states)
         residual = states
     context = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=keep, scale=attention.scaling)
     context = context.transpose(1, 2).reshape(residual.shape)
@@ -152,3 +148,25 @@ def _layer(layer, states, keep, first_only: bool):
     attended = output.LayerNorm(output.dense(context) + residual)
     inner = layer.intermediate.intermediate_act_fn(layer.intermediate.dense(attended))
     return layer.output.LayerNorm(layer.output.dense(inner) + attended)
+
+
+def _side_by_side(linears, x) -> list:
+    """Each of ``linears`` applied to ``x``: as one product with their weights side by side when all are plain
+    float ``nn.Linear`` layers with biases, else layer by layer (int8-quantized layers, whose weights are
+    packed).
+
+    Args:
+        linears: layers that read ``x``'s last dimension.
+        x: ``[..., in]`` input.
+
+    Returns:
+        One ``[..., out_i]`` output per layer.
+    """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if not all(type(layer) is nn.Linear and layer.bias is not None for layer in linears):
+        return [layer(x) for layer in linears]
+    joined = F.linear(x, torch.cat([layer.weight for layer in linears]), torch.cat([layer.bias for layer in linears]))
+    return list(joined.split([layer.out_features for layer in linears], dim=-1))

@@ -119,3 +119,14 @@ def test_cross_encoder_scores_as_the_full_forward_and_trains_through_it(tmp_path
     module(**batch).sum().backward()
     query = module.encoder.encoder.layer[-1].attention.self.query.weight
     assert query.grad is not None and query.grad.abs().sum() > 0
+
+
+def test_int8_cross_encoder_scores_through_the_first_token_forward(tmp_path, monkeypatch):
+    options = {"encoder": save_tiny_bert(tmp_path), "max_query_length": 8, "max_doc_length": 16}
+    reranker = reranker_class("cross-encoder").from_options(options, seed=1)
+    reranker.prepare()
+    reranker.quantize_int8()                              # packed int8 weights: the projections run one by one
+    fast = reranker.score(QUERY, DOCS)
+    monkeypatch.setattr("rerankers.cross_encoder.supports_first_token", lambda encoder: False)
+    full = reranker.score(QUERY, DOCS)
+    assert fast == pytest.approx(full, abs=1e-4)
