@@ -14,10 +14,10 @@ less work, for inference (no gradients, eval mode):
 
 The layer norms, embeddings and activation are the encoder's own modules, so autocast treats them as in the
 full forward. Outputs equal ``BertModel(...).last_hidden_state[:, 0]`` up to float rounding (tested in
-float32 and bfloat16). Encoders other than a plain ``BertModel`` with absolute positions (MiniLM, BERT,
-the packaged all-MiniLM-L6-v2, and ``BertForSequenceClassification`` models such as
-``cross-encoder/ms-marco-MiniLM-L-6-v2`` through :func:`classifier_logits`) keep the full forward:
-:func:`supports_first_token` says which. Training always runs the full forward (:func:`scoring_only`).
+float32, bfloat16 and int8). It serves a plain ``BertModel`` with absolute positions (BERT, MiniLM, the
+packaged all-MiniLM-L6-v2) and, through :func:`classifier_logits`, ``BertForSequenceClassification`` models
+such as ``cross-encoder/ms-marco-MiniLM-L-6-v2``; other encoders keep the full forward
+(:func:`supports_first_token` says which). Training always runs the full forward (:func:`scoring_only`).
 
 Measured (``benchmarks/cross_encoder_bf16_speed.py``, DL19 pairs, one thread): see BENCHMARKS.md, "Speed".
 """
@@ -36,10 +36,8 @@ def supports_first_token(encoder) -> bool:
         True for a ``transformers`` ``BertModel`` encoder (not a decoder, no cross-attention) with absolute
         position embeddings and a named activation.
     """
-    try:
-        from transformers import BertModel
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return False
+    from transformers import BertModel
+
     if type(encoder) is not BertModel:
         return False
     config = encoder.config
