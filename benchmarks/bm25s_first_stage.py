@@ -5,7 +5,7 @@ queries per second, AP, nDCG@10 and top-10 overlap per collection.
         [--output benchmarks/results/first-stage/bm25s.md] [--json benchmarks/results/first-stage/bm25s.json]
 
 Both first stages are built with their defaults (``make_first_stage(name, dataset)``: Porter, Lucene's
-stopwords, k1 = 0.9, b = 0.4; Lucene searches with its default 2 threads, bm25s with 1) before anything is
+stopwords, k1 = 0.9, b = 0.4; both search with the first stage's default 2 threads) before anything is
 timed; building (Lucene index, bm25s matrix) is reported apart. Then every query of the collection is
 searched for its top ``--k`` by Lucene, then by bm25s, alternately ``--repeats`` times after one warm-up of
 each, so that a change of load on the shared machine hits both; queries/s are from the medians. AP and
@@ -111,7 +111,7 @@ def main() -> None:
     command = "python benchmarks/bm25s_first_stage.py " + " ".join(sys.argv[1:])
     header = [f"# bm25s vs Lucene first stage ({time.strftime('%Y-%m-%d %H:%M')}, {machine})",
               f"Command: `{command}`", "",
-              f"Every query's top {args.k}, Lucene (2 threads, its default) and bm25s (1 thread) alternately, median "
+              f"Every query's top {args.k}, Lucene and bm25s (2 search threads each, the first stage default) alternately, median "
               f"of {args.repeats} after a warm-up; both built with their defaults before timing.", ""]
     rows = []
     for name in args.datasets:

@@ -90,7 +90,7 @@ def bm25s_group(args) -> tuple[dict, dict]:
     command = f"python benchmarks/speed_ratios.py {' '.join(sys.argv[1:])} (group bm25s)"
     lines = [f"# bm25s vs Lucene first stage ({time.strftime('%Y-%m-%d %H:%M')}, {machine()})",
              f"Command: `{command}` (the defaults of benchmarks/bm25s_first_stage.py)", "",
-             "Every query's top 1000, Lucene (2 threads, its default) and bm25s (1 thread) alternately, median of 3 "
+             "Every query's top 1000, Lucene and bm25s (2 search threads each, the first stage default) alternately, median of 3 "
              "after a warm-up; both built with their defaults before timing (build seconds: the first build).", "",
              *bench.table(rows)]
     folder = RESULTS / "first-stage"

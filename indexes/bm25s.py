@@ -16,7 +16,8 @@ selection, with no JVM. It scores documents as Lucene does, as far as ``bm25s`` 
   Two details bm25s does not have are computed here, so that the scores are Lucene's: ``dl`` is the
   document length as Lucene stores it (one byte, :func:`lucene_length`, exact below 24 terms and rounded
   down to 4 significant bits above), and ``N`` and ``avgdl`` count only documents with at least one term;
-* retrieval: bm25s' ``BM25.retrieve`` over that matrix (numba backend when numba is installed); a query's
+* retrieval: bm25s' ``BM25.retrieve`` over that matrix (numba backend when numba is installed), on the
+  first stage's search threads (``FirstStageSettings.threads``, 2 by default, as Lucene's); a query's
   repeated terms count as often as they occur (as Anserini's bag-of-words query), and only documents
   sharing a term with the query are returned (as Lucene).
 
@@ -369,11 +370,12 @@ def bm25s_first_stage(dataset: Dataset, settings: FirstStageSettings) -> Bm25sRe
         settings: options (:class:`Bm25sOptions`) and the index cache.
 
     Returns:
-        A :class:`Bm25sRetriever` on the cached matrix, searching in the calling thread.
+        A :class:`Bm25sRetriever` on the cached matrix, searching on ``settings.threads`` threads (as the
+        Lucene first stages do; results do not depend on them).
     """
     options = settings.options or Bm25sOptions()
     path = build_index(dataset, options, settings.index_root)
-    return Bm25sRetriever(path, threads=1)
+    return Bm25sRetriever(path, threads=settings.threads)
 
 
 bm25s_first_stage.Options = Bm25sOptions

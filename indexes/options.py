@@ -129,7 +129,7 @@ class FirstStageSettings:
         aliases: ``name -> value`` from the older per-option flags (``--k1``, ``--stemmer``, ...): each applies
             to the first stages that have that option (``hybrid``: to its ``bm25`` group) and is ignored by
             the others; ``options`` wins over them.
-        threads: CPU threads of the Lucene searcher and indexer.
+        threads: CPU threads of the Lucene searcher and indexer, and of the bm25s search.
         index_root: where indexes are cached (default: ``PIPELINE_INDEX_DIR``, else
             ``<home>/indexes/cache/<kind>``).
 

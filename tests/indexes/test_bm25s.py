@@ -167,3 +167,14 @@ def test_queries_without_index_terms_get_nothing(empty_home):
     run = retriever.search([Query("a", "the of and"), Query("b", "zzzunknown"), Query("c", "")], 10)
     assert run == {"a": [], "b": [], "c": []}
     assert len(retriever.search([Query("d", STEMS[0] + " " + STEMS[1])], 1000)["d"]) <= 60
+
+
+def test_search_threads_follow_the_settings_and_change_nothing(empty_home):
+    from indexes import FirstStageSettings
+
+    dataset = synthetic_collection()
+    queries = list(dataset.queries.values())
+    default = make_first_stage("bm25s", dataset)
+    one = make_first_stage("bm25s", dataset, FirstStageSettings(threads=1))
+    assert (default.threads, one.threads) == (2, 1)     # Lucene's default, so the two compare on equal terms
+    assert default.search(queries, 1000) == one.search(queries, 1000)
