@@ -111,8 +111,8 @@ def main() -> None:
     command = "python benchmarks/bm25s_first_stage.py " + " ".join(sys.argv[1:])
     header = [f"# bm25s vs Lucene first stage ({time.strftime('%Y-%m-%d %H:%M')}, {machine})",
               f"Command: `{command}`", "",
-              f"Every query's top {args.k}, Lucene and bm25s (2 search threads each, the first stage default) alternately, median "
-              f"of {args.repeats} after a warm-up; both built with their defaults before timing.", ""]
+              f"Every query's top {args.k}, Lucene and bm25s (2 search threads each, the first stage default) "
+              f"alternately, median of {args.repeats} after a warm-up; both built with their defaults before timing.", ""]
     rows = []
     for name in args.datasets:
         rows.append(compare(name, args.repeats, args.k))

@@ -117,7 +117,7 @@ def report(result: dict, command: str) -> str:
         f"{result['native_bf16']})", "",
         f"Command: `{command}`. {result['pairs']} DL19 BM25 pairs ({result['queries']} queries), "
         f"{result['mean_tokens']:.0f} tokens per pair on average, {result['gflop_per_pair']:.2f} GFLOP of encoder "
-        f"products per pair; one thread, the sides alternating over {result.get('blocks', 4)} blocks of queries; "
+        f"products per pair; one thread, the sides alternating over {result['blocks']} blocks of queries; "
         f"load average "
         f"{' '.join(result['load_before'])} -> {' '.join(result['load_after'])}.", "",
         "| side | seconds | pairs / s | GFLOP/s |", "|---|---|---|---|",

@@ -90,8 +90,8 @@ def bm25s_group(args) -> tuple[dict, dict]:
     command = f"python benchmarks/speed_ratios.py {' '.join(sys.argv[1:])} (group bm25s)"
     lines = [f"# bm25s vs Lucene first stage ({time.strftime('%Y-%m-%d %H:%M')}, {machine()})",
              f"Command: `{command}` (the defaults of benchmarks/bm25s_first_stage.py)", "",
-             "Every query's top 1000, Lucene and bm25s (2 search threads each, the first stage default) alternately, median of 3 "
-             "after a warm-up; both built with their defaults before timing (build seconds: the first build).", "",
+             "Every query's top 1000, Lucene and bm25s (2 search threads each, the first stage default) "
+             "alternately, median of 3 after a warm-up; both built with their defaults before timing (build seconds: the first build).", "",
              *bench.table(rows)]
     folder = RESULTS / "first-stage"
     write_text(folder / "bm25s.md", "\n".join(lines) + "\n")
@@ -162,8 +162,9 @@ def machine() -> str:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return words
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    first_cpu = info.split("\n\n", 1)[0]
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_cpu.splitlines())}
+    model, flags = fields.get("model name", ""), set(fields.get("flags", "").split())
     bf16 = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
     return f"{words}, {model or 'CPU'}, bf16 instructions: {' + '.join(bf16) or 'none (emulated)'}"
 

@@ -115,8 +115,8 @@ class CrossEncoderReranker(ClassifierExport, TransformerReranker):
     name = "cross-encoder"
     model_config_class = CrossEncoderConfig
     model_defaults = {"head": "auto"}
-    # score_batch_size 32, not 64: length-sorted batches of 32 pad less, 3-12 % faster scoring of DL19 pairs
-    # in bf16 and float32 alike, one query or many per call (benchmarks/results/speed/cross-encoder-bf16.md)
+    # score_batch_size 32, not 64: length-sorted batches of 32 pad less (BENCHMARKS.md, "Speed": the
+    # cross-encoder's ratios with batches of 64 and of 32, benchmarks/cross_encoder_bf16_speed.py)
     train_defaults = {
         "loss": "pointwise", "learning_rate": 2e-5, "optimizer": "adamw", "weight_decay": 0.01,
         "grad_clip": 1.0, "batch_size": 32, "epochs": 5, "patience": 2, "negatives": 4, "score_batch_size": 32,

@@ -107,14 +107,11 @@ def first_token_states(encoder, input_ids, attention_mask, token_type_ids=None):
         >>> bool(torch.allclose(fast, full, atol=1e-5))
         True
     """
-    import torch
-
     keep = attention_mask.bool()[:, None, None, :]        # [B, 1, 1, L]: every query position sees real keys
     states = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
     layers = encoder.encoder.layer
     for depth, layer in enumerate(layers):
-        last = depth == len(layers) - 1
-        states = _layer(layer, states, keep, first_only=last)
+        states = _layer(layer, states, keep, first_only=depth == len(layers) - 1)
     return states
 
 
